@@ -1,0 +1,194 @@
+"""Values that cross a boundary: the resume contract and the frozen read models."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from models.enums import Decision, ResumeOutcome
+
+RESUME_SCHEMA_VERSION = "resume.v1"
+
+
+def canonical_json(value: Any) -> str:
+    """The one serialisation that hashes are computed over: sorted keys, compact separators."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def evidence_hash(evidence: Any) -> str:
+    """``sha256:<hex>`` of the canonical JSON of ``evidence``."""
+    return "sha256:" + hashlib.sha256(canonical_json(evidence).encode()).hexdigest()
+
+
+class Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class ActorRef(Frozen):
+    type: Literal["human", "service"]
+    id: str = Field(min_length=1, max_length=200)
+
+
+class ResumeContract(Frozen):
+    """``resume.v1``: what a responder submits to release exactly one interrupt."""
+
+    schema_version: Literal["resume.v1"]
+    run_id: str = Field(min_length=1, max_length=200)
+    checkpoint_id: str = Field(min_length=1, max_length=200)
+    interrupt_id: str = Field(min_length=1, max_length=200)
+    actor: ActorRef
+    decision: Decision
+    input: dict[str, Any] = Field(default_factory=dict)
+    scope: Any = None
+    evidence_hash: str = Field(min_length=1, max_length=200)
+    idempotency_key: str = Field(min_length=1, max_length=200)
+    expires_at: datetime
+    policy_version: str | None = None
+
+
+class ResumeResult(Frozen):
+    outcome: ResumeOutcome
+    reason: str
+    attempt_id: int
+    run_id: str | None = None
+    interrupt_id: str | None = None
+    # For a duplicate: the outcome of the first attempt with the same idempotency key.
+    original_outcome: ResumeOutcome | None = None
+    # For renewed review: the interrupt that now waits in place of the old one.
+    new_interrupt_id: str | None = None
+
+    @property
+    def accepted(self) -> bool:
+        return self.outcome is ResumeOutcome.ACCEPTED
+
+
+class InterruptView(Frozen):
+    id: str
+    run_id: str
+    name: str
+    kind: str
+    status: str
+    reason: str
+    step: str
+    checkpoint_id: str
+    state_version: int
+    flow_version: int
+    schema_name: str
+    schema_version: int
+    json_schema: dict[str, Any]
+    roles: list[str]
+    scope: Any
+    evidence: Any
+    evidence_hash: str
+    separate_from_starter: bool
+    deadline: datetime
+    on_expiry: str
+    escalation: dict[str, Any] | None
+    escalation_level: int
+    default_input: dict[str, Any] | None
+    supersedes: str | None
+    superseded_by: str | None
+    previous_input: dict[str, Any] | None
+    decision: str | None
+    resume_input: dict[str, Any] | None
+    resolved_by: str | None
+    created_at: datetime
+    resolved_at: datetime | None
+
+    @property
+    def schema_id(self) -> str:
+        return f"{self.schema_name}.v{self.schema_version}"
+
+
+class RunView(Frozen):
+    id: str
+    flow_name: str
+    flow_version: int
+    state: str
+    state_version: int
+    input: Any
+    flow_state: Any
+    next_step: str | None
+    output: Any
+    error: str | None
+    started_by: str | None
+    budget_allowance: float | None
+    budget_consumed: float
+    pause_requested_by: str | None
+    checkpoints: int
+    checkpoint_id: str
+    pending_interrupts: list[InterruptView]
+    created_at: datetime
+    updated_at: datetime
+    finished_at: datetime | None
+
+
+class RunSummary(Frozen):
+    id: str
+    flow_name: str
+    flow_version: int
+    state: str
+    next_step: str | None
+    created_at: datetime
+    updated_at: datetime
+    finished_at: datetime | None
+
+
+class ResumeAttemptView(Frozen):
+    id: int
+    at: datetime
+    run_id: str | None
+    interrupt_id: str | None
+    actor_id: str | None
+    idempotency_key: str | None
+    outcome: str
+    reason: str
+    payload: Any
+
+
+class CheckpointView(Frozen):
+    id: str
+    seq: int
+    step: str | None
+    next_step: str | None
+    state: Any
+    budget_consumed: float
+    effects: list[str]
+    epoch: int
+    created_at: datetime
+
+
+class EventView(Frozen):
+    id: int
+    at: datetime
+    actor: str
+    trigger: str
+    from_state: str | None
+    to_state: str | None
+    detail: Any
+
+
+class EffectView(Frozen):
+    id: int
+    run_id: str
+    step: str
+    name: str
+    idempotency_key: str
+    epoch: int
+    request_hash: str
+    status: str
+    receipt: Any
+    error: str | None
+    created_at: datetime
+    updated_at: datetime
+
+
+class ActorView(Frozen):
+    id: str
+    roles: list[str]
+    created_at: datetime
+    revoked_at: datetime | None

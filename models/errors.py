@@ -1,0 +1,73 @@
+"""Every error interlude raises. Each docstring is the error's default message."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class InterludeError(Exception):
+    """interlude failed."""
+
+    def __init__(self, message: str | None = None, **fields: Any) -> None:
+        self.fields = fields
+        for key, value in fields.items():
+            setattr(self, key, value)
+        text = message or (self.__doc__ or "").strip().format(**fields)
+        # One line: callers print errors as they are.
+        super().__init__(" ".join(text.split()))
+
+
+class ConfigurationError(InterludeError):
+    """configuration is invalid: {detail}"""
+
+
+class UnknownFlowError(InterludeError):
+    """unknown flow {flow!r}; registered flows: {known}"""
+
+
+class UnknownStepError(InterludeError):
+    """flow {flow!r} has no step {step!r}"""
+
+
+class FlowDefinitionError(InterludeError):
+    """flow definition is invalid: {detail}"""
+
+
+class FlowVersionError(InterludeError):
+    """run {run_id} needs flow {flow!r} version {version}; this worker has {available}"""
+
+
+class InvalidInputError(InterludeError):
+    """invalid input: {detail}"""
+
+
+class RunNotFoundError(InterludeError):
+    """no run {run_id}"""
+
+
+class InterruptNotFoundError(InterludeError):
+    """no interrupt {interrupt_id}"""
+
+
+class ActorError(InterludeError):
+    """actor {actor_id}: {detail}"""
+
+
+class InvalidTransitionError(InterludeError):
+    """run {run_id}: cannot {trigger} from {found}"""
+
+
+class StaleStateError(InterludeError):
+    """run {run_id}: expected {expected}, found {found}"""
+
+
+class FencedError(InterludeError):
+    """run {run_id}: lease epoch {epoch} was superseded; this worker no longer owns the run"""
+
+
+class EffectError(InterludeError):
+    """effect {name!r} of run {run_id}: {detail}"""
+
+
+class BudgetRejectedError(InterludeError):
+    """run {run_id}: budget exhausted and more allowance was refused"""

@@ -1,0 +1,282 @@
+"""The only code that writes run state: inserts, CAS transitions, checkpoints and audit events.
+
+Every transition is ``UPDATE runs ... WHERE id = :id AND state_version = :seen`` (optionally
+fenced on the lease epoch too); zero rows means another process moved the run first, and the
+caller gets a typed error naming what it expected and what it found.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import func, select, update
+from sqlalchemy.orm import Session
+from sqlalchemy.orm.attributes import set_committed_value
+
+from models.db import utcnow
+from models.enums import RunState
+from models.errors import FencedError, RunNotFoundError, StaleStateError
+from models.tables import Checkpoint, Event, Run
+from statemachine import destination
+
+CLAIMABLE = (RunState.QUEUED.value, RunState.RESUMING.value)
+
+
+def new_id() -> str:
+    return uuid.uuid4().hex
+
+
+def record_event(
+    session: Session,
+    run_id: str,
+    *,
+    actor: str,
+    trigger: str,
+    from_state: str | None = None,
+    to_state: str | None = None,
+    detail: Any = None,
+    at: datetime | None = None,
+) -> None:
+    session.add(
+        Event(
+            run_id=run_id,
+            at=at or utcnow(),
+            actor=actor,
+            trigger=trigger,
+            from_state=from_state,
+            to_state=to_state,
+            detail=detail or {},
+        )
+    )
+
+
+def insert_run(
+    session: Session,
+    *,
+    flow_name: str,
+    flow_version: int,
+    input: Any,
+    first_step: str,
+    idempotency_key: str | None,
+    started_by: str | None,
+    budget: float | None,
+) -> Run:
+    """A new queued run with its initial checkpoint (sequence 0) and its first event."""
+    now = utcnow()
+    run = Run(
+        id=new_id(),
+        flow_name=flow_name,
+        flow_version=flow_version,
+        input=input,
+        state=RunState.QUEUED.value,
+        state_version=0,
+        next_step=first_step,
+        checkpoint_seq=0,
+        idempotency_key=idempotency_key,
+        started_by=started_by,
+        lease_epoch=0,
+        lost_leases=0,
+        step_attempts=0,
+        step_executions=0,
+        budget_allowance=budget,
+        budget_consumed=0.0,
+        dispatched_at=now,
+        created_at=now,
+        updated_at=now,
+    )
+    session.add(run)
+    # No ORM relationships: flush the run first so rows that reference it can follow.
+    session.flush()
+    session.add(
+        Checkpoint(
+            id=new_id(),
+            run_id=run.id,
+            seq=0,
+            step=None,
+            next_step=first_step,
+            state={},
+            budget_consumed=0.0,
+            effects=[],
+            epoch=0,
+            created_at=now,
+        )
+    )
+    record_event(
+        session,
+        run.id,
+        actor=started_by or "app",
+        trigger="enqueue",
+        to_state=RunState.QUEUED.value,
+        detail={"flow": flow_name, "version": flow_version},
+        at=now,
+    )
+    session.flush()
+    return run
+
+
+def load_run(session: Session, run_id: str) -> Run:
+    run = session.get(Run, run_id)
+    if run is None:
+        raise RunNotFoundError(run_id=run_id)
+    return run
+
+
+def move(
+    session: Session,
+    run: Run,
+    trigger: str,
+    *,
+    actor: str,
+    detail: Any = None,
+    fence_epoch: int | None = None,
+    **fields: Any,
+) -> Run:
+    """Apply ``trigger`` to ``run`` as a CAS on its state version and append the audit event.
+
+    ``fence_epoch`` additionally requires that the lease epoch is still ours; a mismatch
+    raises FencedError (a stale owner), any other lost race StaleStateError.
+    """
+    current = run.state
+    dest = destination(trigger, current, run_id=run.id)
+    now = utcnow()
+    values: dict[str, Any] = {
+        "state": dest.value,
+        "state_version": run.state_version + 1,
+        "updated_at": now,
+        **fields,
+    }
+    if dest.terminal:
+        values.setdefault("finished_at", now)
+        values.setdefault("lease_owner", None)
+        values.setdefault("lease_expires_at", None)
+    stmt = update(Run).where(Run.id == run.id, Run.state_version == run.state_version)
+    if fence_epoch is not None:
+        stmt = stmt.where(Run.lease_epoch == fence_epoch)
+    result = session.execute(stmt.values(**values).execution_options(synchronize_session=False))
+    if result.rowcount != 1:  # type: ignore[attr-defined]
+        _raise_lost_race(session, run, fence_epoch)
+    for key, value in values.items():
+        set_committed_value(run, key, value)
+    record_event(
+        session,
+        run.id,
+        actor=actor,
+        trigger=trigger,
+        from_state=current,
+        to_state=dest.value,
+        detail=detail,
+        at=now,
+    )
+    return run
+
+
+def _raise_lost_race(session: Session, run: Run, fence_epoch: int | None) -> None:
+    found = session.execute(
+        select(Run.state, Run.state_version, Run.lease_epoch).where(Run.id == run.id)
+    ).one_or_none()
+    if found is None:
+        raise RunNotFoundError(run_id=run.id)
+    if fence_epoch is not None and found.lease_epoch != fence_epoch:
+        raise FencedError(run_id=run.id, epoch=fence_epoch)
+    raise StaleStateError(
+        run_id=run.id,
+        expected=f"{run.state} (version {run.state_version})",
+        found=f"{found.state} (version {found.state_version})",
+    )
+
+
+def claim(session: Session, run_id: str, *, owner: str, lease_seconds: float) -> Run | None:
+    """Take the run with a fresh lease and fencing epoch, or None if it is not claimable.
+
+    A duplicate delivery, a run already owned or a finished run all end here as None.
+    """
+    run = session.get(Run, run_id)
+    if run is None or run.state not in CLAIMABLE:
+        return None
+    now = utcnow()
+    if run.not_before is not None and run.not_before > now:
+        return None
+    try:
+        return move(
+            session,
+            run,
+            "claim",
+            actor=f"worker:{owner}",
+            detail={"epoch": run.lease_epoch + 1, "step": run.next_step},
+            lease_owner=owner,
+            lease_epoch=run.lease_epoch + 1,
+            lease_expires_at=now + timedelta(seconds=lease_seconds),
+            step_executions=run.step_executions + 1,
+            not_before=None,
+        )
+    except StaleStateError:
+        return None
+
+
+def assert_owner(session: Session, run_id: str, epoch: int) -> None:
+    """Fence a write that is not a transition: the run must still be running under ``epoch``.
+
+    On PostgreSQL the update also locks the run row until the caller's transaction ends,
+    so a reclaim cannot slip in between this check and the caller's commit.
+    """
+    result = session.execute(
+        update(Run)
+        .where(Run.id == run_id, Run.lease_epoch == epoch, Run.state == RunState.RUNNING.value)
+        .values(updated_at=utcnow())
+        .execution_options(synchronize_session=False)
+    )
+    if result.rowcount != 1:  # type: ignore[attr-defined]
+        raise FencedError(run_id=run_id, epoch=epoch)
+
+
+def latest_checkpoint(session: Session, run: Run) -> Checkpoint:
+    checkpoint = session.execute(
+        select(Checkpoint).where(Checkpoint.run_id == run.id, Checkpoint.seq == run.checkpoint_seq)
+    ).scalar_one()
+    return checkpoint
+
+
+def new_checkpoint(
+    run: Run,
+    *,
+    step: str,
+    next_step: str | None,
+    state: Any,
+    budget_consumed: float,
+    effects: list[str],
+    epoch: int,
+) -> Checkpoint:
+    """The checkpoint following the run's latest; the caller adds it with the transition."""
+    return Checkpoint(
+        id=new_id(),
+        run_id=run.id,
+        seq=run.checkpoint_seq + 1,
+        step=step,
+        next_step=next_step,
+        state=state,
+        budget_consumed=budget_consumed,
+        effects=effects,
+        epoch=epoch,
+        created_at=utcnow(),
+    )
+
+
+def set_flags(session: Session, run_id: str, **fields: Any) -> bool:
+    """Write run fields that are not part of the lifecycle (pause request, dispatch time)."""
+    result = session.execute(
+        update(Run)
+        .where(Run.id == run_id)
+        .values(**fields)
+        .execution_options(synchronize_session=False)
+    )
+    return bool(result.rowcount == 1)  # type: ignore[attr-defined]
+
+
+def checkpoint_count(session: Session, run_id: str) -> int:
+    return int(
+        session.execute(
+            select(func.count()).select_from(Checkpoint).where(Checkpoint.run_id == run_id)
+        ).scalar_one()
+    )

@@ -1,0 +1,54 @@
+"""Configuration: one settings object read from ``INTERLUDE_*`` environment variables."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+# The embedded default keeps everything in the working directory: no server is needed.
+DEFAULT_HOME = Path(".interlude")
+DEFAULT_DATABASE_URL = f"sqlite:///{DEFAULT_HOME / 'interlude.db'}"
+DEFAULT_BROKER_URL = "filesystem://"
+DEFAULT_LEASE_SECONDS = 60.0
+DEFAULT_MAX_CLAIMS = 5
+DEFAULT_SWEEP_INTERVAL = 5.0
+DEFAULT_REAP_INTERVAL = 10.0
+DEFAULT_REDISPATCH_AFTER = 30.0
+DEFAULT_SWEEP_BATCH = 200
+DEFAULT_PAUSE_EXPIRES_IN = 7 * 24 * 3600.0
+
+
+class Settings(BaseSettings):
+    """Everything configurable about interlude, with the embedded defaults."""
+
+    model_config = SettingsConfigDict(env_prefix="INTERLUDE_", extra="ignore")
+
+    database_url: str = DEFAULT_DATABASE_URL
+    broker_url: str = DEFAULT_BROKER_URL
+    # Folder for the filesystem broker (the embedded default).
+    broker_folder: Path = DEFAULT_HOME / "broker"
+    flows: str = ""
+    lease_seconds: float = DEFAULT_LEASE_SECONDS
+    # A run whose lease expired this many times in a row is failed by the reaper.
+    max_claims: int = DEFAULT_MAX_CLAIMS
+    sweep_interval: float = DEFAULT_SWEEP_INTERVAL
+    reap_interval: float = DEFAULT_REAP_INTERVAL
+    redispatch_after: float = DEFAULT_REDISPATCH_AFTER
+    sweep_batch: int = DEFAULT_SWEEP_BATCH
+    pause_expires_in: float = DEFAULT_PAUSE_EXPIRES_IN
+    metrics_port: int = 0
+
+    def flow_modules(self) -> list[str]:
+        return [m.strip() for m in self.flows.split(",") if m.strip()]
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    return Settings()
+
+
+def reset_settings() -> None:
+    """Forget the cached settings (tests change the environment between cases)."""
+    get_settings.cache_clear()

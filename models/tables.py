@@ -1,0 +1,232 @@
+"""SQL tables. Runs hold the lifecycle; checkpoints, events and resume attempts are append-only."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    CheckConstraint,
+    DateTime,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    TypeDecorator,
+    UniqueConstraint,
+)
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.engine import Dialect
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+from models.enums import EffectStatus, InterruptKind, InterruptStatus, ResumeOutcome, RunState
+
+Json = JSON().with_variant(JSONB(), "postgresql")
+# SQLite only autoincrements INTEGER PRIMARY KEY; PostgreSQL gets a 64-bit sequence.
+BigId = BigInteger().with_variant(Integer(), "sqlite")
+
+
+class Timestamp(TypeDecorator[datetime]):
+    """Aware UTC datetimes on every backend (SQLite stores naive UTC text and sorts it right)."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError("naive datetime given to a UTC column")
+        value = value.astimezone(UTC)
+        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+NAMING = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+def _values(enum: type[Any]) -> str:
+    return ", ".join(f"'{member.value}'" for member in enum)
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING)
+
+
+class Run(Base):
+    __tablename__ = "runs"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    flow_name: Mapped[str] = mapped_column(String(200))
+    flow_version: Mapped[int] = mapped_column(Integer)
+    input: Mapped[Any] = mapped_column(Json)
+    state: Mapped[str] = mapped_column(String(16))
+    state_version: Mapped[int] = mapped_column(Integer, default=0)
+    next_step: Mapped[str | None] = mapped_column(String(200))
+    checkpoint_seq: Mapped[int] = mapped_column(Integer, default=0)
+    idempotency_key: Mapped[str | None] = mapped_column(String(200), unique=True)
+    started_by: Mapped[str | None] = mapped_column(String(200))
+    lease_owner: Mapped[str | None] = mapped_column(String(200))
+    lease_epoch: Mapped[int] = mapped_column(Integer, default=0)
+    lease_expires_at: Mapped[datetime | None] = mapped_column(Timestamp())
+    # Claims of the current step whose lease expired (bounded by the reaper).
+    lost_leases: Mapped[int] = mapped_column(Integer, default=0)
+    # Failed attempts of the current step (bounded by the step's retry limit).
+    step_attempts: Mapped[int] = mapped_column(Integer, default=0)
+    # Executions of the current step; more than one means repeated work.
+    step_executions: Mapped[int] = mapped_column(Integer, default=0)
+    budget_allowance: Mapped[float | None] = mapped_column(Float)
+    budget_consumed: Mapped[float] = mapped_column(Float, default=0.0)
+    pause_requested_by: Mapped[str | None] = mapped_column(String(200))
+    # The run row is its own outbox: when a task for it was last published.
+    dispatched_at: Mapped[datetime | None] = mapped_column(Timestamp())
+    not_before: Mapped[datetime | None] = mapped_column(Timestamp())
+    output: Mapped[Any | None] = mapped_column(Json)
+    error: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(Timestamp())
+    updated_at: Mapped[datetime] = mapped_column(Timestamp())
+    finished_at: Mapped[datetime | None] = mapped_column(Timestamp())
+
+    __table_args__ = (
+        CheckConstraint(f"state IN ({_values(RunState)})", name="state"),
+        Index(None, "state", "lease_expires_at"),
+        Index(None, "flow_name", "state"),
+    )
+
+
+class Checkpoint(Base):
+    __tablename__ = "checkpoints"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"))
+    seq: Mapped[int] = mapped_column(Integer)
+    step: Mapped[str | None] = mapped_column(String(200))
+    next_step: Mapped[str | None] = mapped_column(String(200))
+    state: Mapped[Any] = mapped_column(Json)
+    budget_consumed: Mapped[float] = mapped_column(Float, default=0.0)
+    effects: Mapped[Any] = mapped_column(Json)
+    epoch: Mapped[int] = mapped_column(Integer)
+    created_at: Mapped[datetime] = mapped_column(Timestamp())
+
+    __table_args__ = (UniqueConstraint("run_id", "seq"),)
+
+
+class Event(Base):
+    __tablename__ = "events"
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), index=True)
+    at: Mapped[datetime] = mapped_column(Timestamp())
+    actor: Mapped[str] = mapped_column(String(200))
+    trigger: Mapped[str] = mapped_column(String(64), index=True)
+    from_state: Mapped[str | None] = mapped_column(String(16))
+    to_state: Mapped[str | None] = mapped_column(String(16))
+    detail: Mapped[Any] = mapped_column(Json)
+
+
+class Interrupt(Base):
+    __tablename__ = "interrupts"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), index=True)
+    name: Mapped[str] = mapped_column(String(200))
+    kind: Mapped[str] = mapped_column(String(16))
+    status: Mapped[str] = mapped_column(String(16))
+    reason: Mapped[str] = mapped_column(Text, default="")
+    step: Mapped[str] = mapped_column(String(200))
+    checkpoint_id: Mapped[str] = mapped_column(String(32))
+    state_version: Mapped[int] = mapped_column(Integer)
+    flow_version: Mapped[int] = mapped_column(Integer)
+    schema_name: Mapped[str] = mapped_column(String(200))
+    schema_version: Mapped[int] = mapped_column(Integer)
+    json_schema: Mapped[Any] = mapped_column(Json)
+    roles: Mapped[Any] = mapped_column(Json)
+    scope: Mapped[Any | None] = mapped_column(Json)
+    evidence: Mapped[Any | None] = mapped_column(Json)
+    evidence_hash: Mapped[str] = mapped_column(String(80))
+    separate_from_starter: Mapped[bool] = mapped_column(Boolean, default=False)
+    deadline: Mapped[datetime] = mapped_column(Timestamp())
+    on_expiry: Mapped[str] = mapped_column(String(16))
+    escalation: Mapped[Any | None] = mapped_column(Json)
+    escalation_level: Mapped[int] = mapped_column(Integer, default=0)
+    default_input: Mapped[Any | None] = mapped_column(Json)
+    supersedes: Mapped[str | None] = mapped_column(String(32))
+    superseded_by: Mapped[str | None] = mapped_column(String(32))
+    # An input kept from a superseded interrupt (renewed review keeps what was submitted).
+    previous_input: Mapped[Any | None] = mapped_column(Json)
+    decision: Mapped[str | None] = mapped_column(String(16))
+    resume_input: Mapped[Any | None] = mapped_column(Json)
+    resolved_by: Mapped[str | None] = mapped_column(String(200))
+    created_at: Mapped[datetime] = mapped_column(Timestamp())
+    resolved_at: Mapped[datetime | None] = mapped_column(Timestamp())
+
+    __table_args__ = (
+        CheckConstraint(f"kind IN ({_values(InterruptKind)})", name="kind"),
+        CheckConstraint(f"status IN ({_values(InterruptStatus)})", name="status"),
+        # The sweep reads due interrupts through this index: its cost follows the due rows.
+        Index(None, "status", "deadline"),
+        Index(None, "run_id", "checkpoint_id"),
+    )
+
+
+class ResumeAttempt(Base):
+    __tablename__ = "resume_attempts"
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    at: Mapped[datetime] = mapped_column(Timestamp())
+    run_id: Mapped[str | None] = mapped_column(String(200), index=True)
+    interrupt_id: Mapped[str | None] = mapped_column(String(200), index=True)
+    actor_id: Mapped[str | None] = mapped_column(String(200))
+    idempotency_key: Mapped[str | None] = mapped_column(String(200), index=True)
+    # Set only on the first attempt with a key, so the unique index elects one original.
+    original_key: Mapped[str | None] = mapped_column(String(200), unique=True)
+    outcome: Mapped[str] = mapped_column(String(32))
+    reason: Mapped[str] = mapped_column(Text)
+    payload: Mapped[Any | None] = mapped_column(Json)
+
+    __table_args__ = (CheckConstraint(f"outcome IN ({_values(ResumeOutcome)})", name="outcome"),)
+
+
+class Actor(Base):
+    __tablename__ = "actors"
+
+    id: Mapped[str] = mapped_column(String(200), primary_key=True)
+    roles: Mapped[Any] = mapped_column(Json)
+    credential_hash: Mapped[str] = mapped_column(String(128))
+    created_at: Mapped[datetime] = mapped_column(Timestamp())
+    revoked_at: Mapped[datetime | None] = mapped_column(Timestamp())
+
+
+class Effect(Base):
+    __tablename__ = "effects"
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), index=True)
+    step: Mapped[str] = mapped_column(String(200))
+    name: Mapped[str] = mapped_column(String(200))
+    idempotency_key: Mapped[str] = mapped_column(String(400), unique=True)
+    epoch: Mapped[int] = mapped_column(Integer)
+    request_hash: Mapped[str] = mapped_column(String(80))
+    status: Mapped[str] = mapped_column(String(16))
+    receipt: Mapped[Any | None] = mapped_column(Json)
+    error: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(Timestamp())
+    updated_at: Mapped[datetime] = mapped_column(Timestamp())
+
+    __table_args__ = (CheckConstraint(f"status IN ({_values(EffectStatus)})", name="status"),)

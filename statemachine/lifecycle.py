@@ -1,0 +1,74 @@
+"""The run lifecycle, declared once for the ``transitions`` library.
+
+The machine is built once per process and asked once for its transition table; every later
+decision is a dictionary lookup. The SQL compare-and-set in ``models.repository`` is what
+actually guards a row; this module only says which moves exist.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from types import MappingProxyType
+from typing import Any
+
+from transitions import Machine
+
+from models.enums import TERMINAL_STATES, RunState
+from models.errors import InvalidTransitionError
+
+Q, R, W, RS = RunState.QUEUED, RunState.RUNNING, RunState.WAITING, RunState.RESUMING
+NON_TERMINAL = [s.value for s in RunState if s not in TERMINAL_STATES]
+
+TRANSITIONS: list[dict[str, Any]] = [
+    {"trigger": "claim", "source": [Q.value, RS.value], "dest": R.value},
+    {"trigger": "advance", "source": R.value, "dest": Q.value},
+    {"trigger": "retry", "source": R.value, "dest": Q.value},
+    {"trigger": "requeue", "source": R.value, "dest": Q.value},
+    {"trigger": "suspend", "source": R.value, "dest": W.value},
+    {"trigger": "accept_resume", "source": W.value, "dest": RS.value},
+    {"trigger": "expire", "source": W.value, "dest": RunState.EXPIRED.value},
+    {"trigger": "complete", "source": R.value, "dest": RunState.SUCCEEDED.value},
+    {"trigger": "fail", "source": [R.value, Q.value, RS.value], "dest": RunState.FAILED.value},
+    {"trigger": "cancel", "source": NON_TERMINAL, "dest": RunState.CANCELLED.value},
+]
+
+
+class _Lifecycle:
+    """The model the machine is built around; it never holds a real run."""
+
+    state: str
+
+
+@lru_cache(maxsize=1)
+def transition_table() -> MappingProxyType[tuple[str, str], str]:
+    """``(trigger, source) -> dest`` as the transitions library resolves it."""
+    machine = Machine(
+        model=_Lifecycle(),
+        states=[s.value for s in RunState],
+        transitions=TRANSITIONS,
+        initial=Q.value,
+        auto_transitions=False,
+    )
+    table: dict[tuple[str, str], str] = {}
+    for trigger, ev in machine.events.items():
+        for source, transitions in ev.transitions.items():
+            for transition in transitions:
+                table[(trigger, source)] = str(transition.dest)
+    return MappingProxyType(table)
+
+
+def triggers() -> frozenset[str]:
+    return frozenset(trigger for trigger, _ in transition_table())
+
+
+def destination(trigger: str, current: str, *, run_id: str = "?") -> RunState:
+    """The state ``trigger`` moves a run in ``current`` to, or InvalidTransitionError."""
+    dest = transition_table().get((trigger, current))
+    if dest is None:
+        raise InvalidTransitionError(run_id=run_id, trigger=trigger, found=current)
+    return RunState(dest)
+
+
+def sources(trigger: str) -> frozenset[RunState]:
+    """Every state that ``trigger`` may leave (what a CAS may expect to find)."""
+    return frozenset(RunState(src) for trig, src in transition_table() if trig == trigger)

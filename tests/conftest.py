@@ -1,0 +1,112 @@
+"""Fixtures shared by every suite. The integration suites run once per database backend."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.services import (
+    FLOW_MODULES,
+    REDIS_URL,
+    TABLES,
+    WorkerProcess,
+    create_pg_database,
+    redis_client,
+)
+
+# The broker is fixed before the Celery app is imported: one Redis database per test session.
+REDIS_DB = int(os.environ.get("INTERLUDE_TEST_REDIS_DB", "9"))
+os.environ["INTERLUDE_BROKER_URL"] = f"{REDIS_URL}/{REDIS_DB}"
+os.environ["INTERLUDE_TEST_REDIS"] = f"{REDIS_URL}/{REDIS_DB + 1}"
+os.environ["INTERLUDE_FLOWS"] = FLOW_MODULES
+os.environ.setdefault("INTERLUDE_LEASE_SECONDS", "30")
+
+from models.db import dispose_engines, get_engine  # noqa: E402
+from models.migrate import upgrade  # noqa: E402
+from models.settings import reset_settings  # noqa: E402
+
+BACKENDS = ["sqlite", "postgresql"]
+
+
+@pytest.fixture(scope="session", params=BACKENDS)
+def database_url(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[str]:
+    """A migrated database of each backend, used by every integration test of the session."""
+    if request.param == "sqlite":
+        url = f"sqlite:///{tmp_path_factory.mktemp('sqlite') / 'interlude.db'}"
+        drop: Callable[[], None] = lambda: None  # noqa: E731
+    else:
+        url, drop = create_pg_database()
+    upgrade(url)
+    previous = os.environ.get("INTERLUDE_DATABASE_URL")
+    os.environ["INTERLUDE_DATABASE_URL"] = url
+    reset_settings()
+    dispose_engines()
+    yield url
+    dispose_engines()
+    if previous is None:
+        os.environ.pop("INTERLUDE_DATABASE_URL", None)
+    else:
+        os.environ["INTERLUDE_DATABASE_URL"] = previous
+    reset_settings()
+    drop()
+
+
+@pytest.fixture()
+def db(database_url: str) -> Iterator[str]:
+    """An empty database (all rows deleted) and empty broker queues for this test."""
+    _clean(database_url)
+    redis_client(REDIS_DB).flushdb()
+    redis_client(REDIS_DB + 1).flushdb()
+    yield database_url
+
+
+def _clean(url: str) -> None:
+    engine = get_engine(url)
+    with engine.begin() as conn:
+        for table in TABLES:
+            conn.exec_driver_sql(f"DELETE FROM {table}")
+
+
+@pytest.fixture()
+def backend(database_url: str) -> str:
+    return "postgresql" if database_url.startswith("postgresql") else "sqlite"
+
+
+def worker_env(database_url: str, **extra: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env["INTERLUDE_DATABASE_URL"] = database_url
+    env.update(extra)
+    return env
+
+
+@pytest.fixture(scope="session")
+def logs_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("logs")
+
+
+@pytest.fixture(scope="session")
+def shared_worker(database_url: str, logs_dir: Path) -> Iterator[WorkerProcess]:
+    """One real worker per backend (concurrency 2) for tests that only need one running."""
+    worker = WorkerProcess(worker_env(database_url), logs_dir, "-c", "2").start()
+    yield worker
+    worker.stop()
+
+
+@pytest.fixture()
+def start_worker(database_url: str, logs_dir: Path) -> Iterator[Callable[..., WorkerProcess]]:
+    """Start extra workers (or beat) for one test; all are stopped when it ends."""
+    started: list[WorkerProcess] = []
+
+    def start(*args: str, kind: str = "worker", **env: str) -> WorkerProcess:
+        process = WorkerProcess(worker_env(database_url, **env), logs_dir, *args, kind=kind)
+        started.append(process.start())
+        return process
+
+    yield start
+    for process in started:
+        process.stop()

@@ -1,0 +1,1 @@
+"""Flows for the effects tests."""

@@ -1,0 +1,76 @@
+"""Flows for the run engine's tests."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import redis
+
+from worker import Flow, StepContext
+
+three = Flow("three_steps", version=1)
+
+
+@three.step()
+def first(ctx: StepContext) -> str:
+    ctx.state["trail"] = ["first"]
+    ctx.state["n"] = ctx.input.get("n", 0)
+    return "second"
+
+
+@three.step()
+def second(ctx: StepContext) -> str:
+    ctx.state["trail"].append("second")
+    ctx.state["n"] += 1
+    return "third"
+
+
+@three.step()
+def third(ctx: StepContext) -> None:
+    ctx.state["trail"].append("third")
+    ctx.state["n"] += 1
+    return None
+
+
+quick = Flow("quick", version=1)
+
+
+@quick.step()
+def only(ctx: StepContext) -> None:
+    ctx.state["done"] = True
+    return None
+
+
+flaky = Flow("flaky", version=1)
+
+
+@flaky.step(retries=2, backoff=0.1)
+def sometimes(ctx: StepContext) -> None:
+    r = redis.Redis.from_url(os.environ["INTERLUDE_TEST_REDIS"])
+    tries = r.incr(f"flaky:{ctx.run_id}")
+    if tries < int(ctx.input.get("fail_times", 1)) + 1:
+        raise RuntimeError(f"flaky failure {tries}")
+    ctx.state["tries"] = tries
+    return None
+
+
+slow = Flow("slow", version=1)
+
+
+@slow.step(lease_seconds=2)
+def begin(ctx: StepContext) -> str:
+    ctx.state["began"] = True
+    return "crawl"
+
+
+@slow.step(lease_seconds=2)
+def crawl(ctx: StepContext) -> None:
+    r = redis.Redis.from_url(os.environ["INTERLUDE_TEST_REDIS"])
+    r.set(f"slow:started:{ctx.run_id}", os.getpid())
+    if ctx.input.get("die"):
+        os.kill(os.getpid(), signal.SIGKILL)
+    time.sleep(float(ctx.input.get("sleep", 0)))
+    ctx.state["crawled"] = True
+    return None

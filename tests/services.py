@@ -1,0 +1,145 @@
+"""Real services for the tests: PostgreSQL and SQLite databases, Redis, worker processes.
+
+A missing service skips the tests that need it on a laptop, and fails them when ``CI`` is set.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+from sqlalchemy import create_engine, text
+
+ROOT = Path(__file__).resolve().parent.parent
+PG_ADMIN_URL = os.environ.get(
+    "INTERLUDE_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
+)
+REDIS_URL = os.environ.get("INTERLUDE_TEST_REDIS_BASE", "redis://127.0.0.1:6379")
+FLOW_MODULES = "tests.flows.engine,tests.flows.interrupts,tests.flows.effects,tests.flows.expiry"
+TABLES = ("events", "checkpoints", "effects", "resume_attempts", "interrupts", "runs", "actors")
+
+
+def unavailable(what: str, exc: BaseException) -> None:
+    message = f"{what} is not available: {exc}"
+    if os.environ.get("CI"):
+        pytest.fail(message)
+    pytest.skip(message)
+
+
+def create_pg_database() -> tuple[str, Callable[[], None]]:
+    name = f"interlude_test_{uuid.uuid4().hex[:10]}"
+    try:
+        admin = create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
+        with admin.connect() as conn:
+            conn.execute(text(f'CREATE DATABASE "{name}"'))
+    except Exception as exc:
+        unavailable("PostgreSQL", exc)
+    url = PG_ADMIN_URL.rsplit("/", 1)[0] + f"/{name}"
+
+    def drop() -> None:
+        with admin.connect() as conn:
+            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
+
+    return url, drop
+
+
+def redis_client(db: int) -> redis.Redis:
+    client = redis.Redis.from_url(f"{REDIS_URL}/{db}")
+    try:
+        client.ping()
+    except Exception as exc:
+        unavailable("Redis", exc)
+    return client
+
+
+class WorkerProcess:
+    """A real ``celery -A worker worker`` (or ``beat``) subprocess with our environment."""
+
+    def __init__(
+        self, env: dict[str, str], log_dir: Path, *args: str, kind: str = "worker"
+    ) -> None:
+        self.name = f"{kind}-{uuid.uuid4().hex[:6]}"
+        self.log_path = log_dir / f"{self.name}.log"
+        self.env = env
+        self.args = args
+        self.kind = kind
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self, timeout: float = 30.0) -> WorkerProcess:
+        command = [sys.executable, "-m", "celery", "-A", "worker", self.kind, "-l", "info"]
+        if self.kind == "worker":
+            command += [
+                "-n",
+                f"{self.name}@%h",
+                "--without-gossip",
+                "--without-mingle",
+                "--without-heartbeat",
+                "-E",
+            ]
+        command += list(self.args)
+        self.log = self.log_path.open("wb")
+        self.proc = subprocess.Popen(
+            command,
+            cwd=ROOT,
+            env=self.env,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        marker = b"ready." if self.kind == "worker" else b"beat: Starting"
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if marker in self.log_path.read_bytes():
+                return self
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.1)
+        output = self.log_path.read_text(errors="replace")[-3000:]
+        self.stop()
+        raise RuntimeError(f"{self.kind} did not start:\n{output}")
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def kill(self) -> None:
+        """SIGKILL the whole process group: the main process and its pool children."""
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(10)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        if hasattr(self, "log"):
+            self.log.close()
+
+    def output(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float = 30.0, interval: float = 0.05) -> Any:
+    """Poll until ``predicate`` returns something truthy; fail with what it last returned."""
+    deadline = time.monotonic() + timeout
+    value = None
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"condition not met within {timeout}s (last value: {value!r})")

@@ -1,0 +1,92 @@
+"""Responders: stored with roles and a credential kept only as a hash."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import re
+import secrets
+
+from sqlalchemy import select
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from models.contracts import ActorView
+from models.db import transaction, utcnow
+from models.errors import ActorError
+from models.tables import Actor
+
+ACTOR_ID = re.compile(r"^[A-Za-z0-9_.@:\-]{1,200}$")
+CREDENTIAL_PREFIX = "ilc_"
+# Compared against when the actor does not exist, so that timing does not tell who exists.
+_ABSENT_HASH = "sha256$" + "0" * 64
+
+
+def hash_credential(credential: str) -> str:
+    # Credentials are 256-bit random tokens, so a fast hash is enough; no salt is needed.
+    return "sha256$" + hashlib.sha256(credential.encode()).hexdigest()
+
+
+def _roles(roles: list[str] | tuple[str, ...]) -> list[str]:
+    cleaned = sorted({r.strip() for r in roles if isinstance(r, str) and r.strip()})
+    if not cleaned:
+        raise ActorError(actor_id="?", detail="at least one role is required")
+    return cleaned
+
+
+def add_actor(actor_id: str, roles: list[str] | tuple[str, ...]) -> str:
+    """Create a responder and return its credential: the only time it is ever shown."""
+    if not ACTOR_ID.match(actor_id):
+        raise ActorError(actor_id=actor_id, detail="id may only hold letters, digits and ._@:-")
+    role_list = _roles(roles)
+    credential = CREDENTIAL_PREFIX + secrets.token_urlsafe(32)
+    try:
+        with transaction() as session:
+            session.add(
+                Actor(
+                    id=actor_id,
+                    roles=role_list,
+                    credential_hash=hash_credential(credential),
+                    created_at=utcnow(),
+                )
+            )
+    except IntegrityError:
+        raise ActorError(actor_id=actor_id, detail="already exists") from None
+    return credential
+
+
+def _load(session: Session, actor_id: str) -> Actor:
+    actor = session.get(Actor, actor_id)
+    if actor is None:
+        raise ActorError(actor_id=actor_id, detail="no such actor")
+    return actor
+
+
+def revoke_actor(actor_id: str) -> None:
+    with transaction() as session:
+        actor = _load(session, actor_id)
+        if actor.revoked_at is None:
+            actor.revoked_at = utcnow()
+
+
+def set_actor_roles(actor_id: str, roles: list[str] | tuple[str, ...]) -> None:
+    role_list = _roles(roles)
+    with transaction() as session:
+        _load(session, actor_id).roles = role_list
+
+
+def list_actors() -> list[ActorView]:
+    with transaction(readonly=True) as session:
+        rows = session.execute(select(Actor).order_by(Actor.id)).scalars()
+        return [ActorView.model_validate(row, from_attributes=True) for row in rows]
+
+
+def authenticate(session: Session, actor_id: str, credential: object) -> Actor | None:
+    """The active actor whose stored hash matches ``credential`` (constant-time), else None."""
+    actor = session.get(Actor, actor_id)
+    stored = actor.credential_hash if actor is not None else _ABSENT_HASH
+    given = hash_credential(credential) if isinstance(credential, str) else ""
+    matches = hmac.compare_digest(stored.encode(), given.encode())
+    if actor is None or not matches or actor.revoked_at is not None:
+        return None
+    return actor

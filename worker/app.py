@@ -1,0 +1,80 @@
+"""The Celery app: JSON only, late acks, prefetch 1, task events on, stable names and queues."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from celery import Celery
+from kombu import Queue  # type: ignore[attr-defined]
+
+from models.settings import Settings, get_settings
+
+TASK_STEP = "interlude.run_step"
+TASK_RESUME = "interlude.resume_run"
+TASK_SWEEP = "interlude.sweep_expired"
+TASK_REAP = "interlude.reap"
+
+QUEUE_STEPS = "interlude.steps"
+QUEUE_RESUMES = "interlude.resumes"
+QUEUE_MAINTENANCE = "interlude.maintenance"
+
+# Redis redelivers an unacknowledged message after this long; our tasks are short and our own
+# reaper recovers dead workers much sooner, so this only needs to exceed the longest step.
+VISIBILITY_TIMEOUT_SECONDS = 3600
+
+
+def broker_options(settings: Settings) -> dict[str, Any]:
+    if settings.broker_url.startswith("filesystem://"):
+        folder = settings.broker_folder
+        for sub in ("queue", "processed"):
+            (folder / sub).mkdir(parents=True, exist_ok=True)
+        return {
+            "data_folder_in": str(folder / "queue"),
+            "data_folder_out": str(folder / "queue"),
+            "processed_folder": str(folder / "processed"),
+            "store_processed": False,
+        }
+    return {"visibility_timeout": VISIBILITY_TIMEOUT_SECONDS}
+
+
+def create_app(settings: Settings | None = None) -> Celery:
+    settings = settings or get_settings()
+    celery = Celery("interlude", set_as_current=True)
+    celery.conf.update(
+        broker_url=settings.broker_url,
+        broker_transport_options=broker_options(settings),
+        broker_connection_retry_on_startup=True,
+        result_backend=None,
+        task_ignore_result=True,
+        task_serializer="json",
+        result_serializer="json",
+        accept_content=["json"],
+        event_serializer="json",
+        task_acks_late=True,
+        task_reject_on_worker_lost=True,
+        worker_prefetch_multiplier=1,
+        worker_send_task_events=True,
+        task_send_sent_event=True,
+        worker_hijack_root_logger=False,
+        task_queues=[Queue(q) for q in (QUEUE_STEPS, QUEUE_RESUMES, QUEUE_MAINTENANCE)],  # type: ignore[no-untyped-call]
+        task_default_queue=QUEUE_STEPS,
+        task_routes={
+            TASK_STEP: {"queue": QUEUE_STEPS},
+            TASK_RESUME: {"queue": QUEUE_RESUMES},
+            TASK_SWEEP: {"queue": QUEUE_MAINTENANCE},
+            TASK_REAP: {"queue": QUEUE_MAINTENANCE},
+        },
+        imports=["worker.tasks"],
+        beat_schedule=_beat_schedule(),
+        timezone="UTC",
+    )
+    return celery
+
+
+def _beat_schedule() -> dict[str, Any]:
+    from beat_schedule import beat_schedule
+
+    return beat_schedule
+
+
+app = create_app()

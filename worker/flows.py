@@ -1,0 +1,176 @@
+"""Flows: named, versioned sets of steps registered in code, and the registry that finds them."""
+
+from __future__ import annotations
+
+import importlib
+import re
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel
+
+from models.contracts import InterruptView
+from models.errors import FlowDefinitionError, FlowVersionError, UnknownFlowError, UnknownStepError
+from models.settings import get_settings
+
+if TYPE_CHECKING:
+    from worker.context import StepContext
+
+StepFn = Callable[["StepContext"], "str | None"]
+# Recomputes, from current records, the evidence an interrupt was raised on.
+Revalidator = Callable[["RevalidationContext"], Any]
+Notifier = Callable[[InterruptView], None]
+
+DEFAULT_RETRIES = 3
+DEFAULT_BACKOFF = 1.0
+NAME = re.compile(r"^[A-Za-z0-9_.:\-]{1,200}$")
+
+
+@dataclass(frozen=True)
+class RevalidationContext:
+    run_id: str
+    input: Any
+    state: Any
+    interrupt: InterruptView
+
+
+@dataclass(frozen=True)
+class StepDef:
+    name: str
+    fn: StepFn
+    retries: int
+    backoff: float
+    lease_seconds: float | None
+
+
+@dataclass
+class Flow:
+    """A versioned set of steps; the first registered step (or ``start=``) runs first."""
+
+    name: str
+    version: int = 1
+    budget: float | None = None
+    operator_roles: tuple[str, ...] = ("operator",)
+    start: str | None = None
+    steps: dict[str, StepDef] = field(default_factory=dict)
+    revalidators: dict[str, Revalidator] = field(default_factory=dict)
+    notifiers: list[Notifier] = field(default_factory=list)
+    reconcilers: dict[str, Callable[[str], Any]] = field(default_factory=dict)
+    input_model: type[BaseModel] | None = None
+
+    def __post_init__(self) -> None:
+        if not NAME.match(self.name):
+            raise FlowDefinitionError(detail=f"flow name {self.name!r} is not a valid name")
+        if self.version < 1:
+            raise FlowDefinitionError(detail=f"flow {self.name!r}: version must be >= 1")
+        register(self)
+
+    def step(
+        self,
+        name: str | None = None,
+        *,
+        retries: int = DEFAULT_RETRIES,
+        backoff: float = DEFAULT_BACKOFF,
+        lease_seconds: float | None = None,
+    ) -> Callable[[StepFn], StepFn]:
+        """Register a step. It returns the name of the next step, or None to finish."""
+
+        def decorate(fn: StepFn) -> StepFn:
+            step_name = name or fn.__name__
+            if step_name in self.steps:
+                raise FlowDefinitionError(detail=f"flow {self.name!r}: step {step_name!r} twice")
+            self.steps[step_name] = StepDef(step_name, fn, retries, backoff, lease_seconds)
+            return fn
+
+        return decorate
+
+    def revalidate(self, interrupt_name: str) -> Callable[[Revalidator], Revalidator]:
+        """Register a function that recomputes an interrupt's evidence at resume time."""
+
+        def decorate(fn: Revalidator) -> Revalidator:
+            self.revalidators[interrupt_name] = fn
+            return fn
+
+        return decorate
+
+    def reconciler(
+        self, effect_name: str
+    ) -> Callable[[Callable[[str], Any]], Callable[[str], Any]]:
+        """Register how to find out whether effect ``effect_name`` happened, given its key.
+
+        Used when ``ctx.effect`` is given no ``reconcile=`` and by the resume path, which
+        settles a run's pending effects before its step executes again.
+        """
+
+        def decorate(fn: Callable[[str], Any]) -> Callable[[str], Any]:
+            self.reconcilers[effect_name] = fn
+            return fn
+
+        return decorate
+
+    def notifier(self, fn: Notifier) -> Notifier:
+        """Register a function called with every interrupt of this flow after it commits."""
+        self.notifiers.append(fn)
+        return fn
+
+    @property
+    def first_step(self) -> str:
+        if self.start is not None:
+            return self.start
+        if not self.steps:
+            raise FlowDefinitionError(detail=f"flow {self.name!r} has no steps")
+        return next(iter(self.steps))
+
+    def get_step(self, name: str) -> StepDef:
+        try:
+            return self.steps[name]
+        except KeyError:
+            raise UnknownStepError(flow=self.name, step=name) from None
+
+
+_lock = threading.RLock()
+_flows: dict[tuple[str, int], Flow] = {}
+_loaded: set[str] = set()
+
+
+def register(flow: Flow) -> None:
+    # Last registration wins: a module imported twice (as __main__ and by name) re-registers.
+    with _lock:
+        _flows[(flow.name, flow.version)] = flow
+
+
+def load_flow_modules() -> None:
+    """Import the modules named in ``INTERLUDE_FLOWS`` (once each)."""
+    for module in get_settings().flow_modules():
+        if module in _loaded:
+            continue
+        with _lock:
+            if module not in _loaded:
+                importlib.import_module(module)
+                _loaded.add(module)
+
+
+def get_flow(name: str, version: int | None = None, *, run_id: str = "?") -> Flow:
+    """The flow ``name`` at ``version`` (the newest when None)."""
+    load_flow_modules()
+    with _lock:
+        versions = {v: f for (n, v), f in _flows.items() if n == name}
+    if not versions:
+        known = ", ".join(sorted({n for n, _ in _flows})) or "none"
+        raise UnknownFlowError(flow=name, known=known)
+    if version is None:
+        return versions[max(versions)]
+    flow = versions.get(version)
+    if flow is None:
+        raise FlowVersionError(
+            run_id=run_id, flow=name, version=version, available=sorted(versions)
+        )
+    return flow
+
+
+def registered_flows() -> list[Flow]:
+    load_flow_modules()
+    with _lock:
+        return sorted(_flows.values(), key=lambda f: (f.name, f.version))

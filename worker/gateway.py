@@ -1,0 +1,389 @@
+"""The resume gateway: nine checks in a fixed order; the first failure decides the outcome.
+
+Every attempt is recorded with its outcome, reason and payload (a refused payload is kept as
+evidence). Acceptance and the run's move to ``resuming`` are one transaction; the resume task
+is published after it commits.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+from sqlalchemy import select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from models import repository
+from models.contracts import ResumeContract, ResumeResult, evidence_hash
+from models.db import is_postgresql, transaction, utcnow
+from models.enums import Decision, InterruptKind, InterruptStatus, ResumeOutcome, RunState
+from models.errors import InterludeError, StaleStateError
+from models.tables import Checkpoint, Interrupt, ResumeAttempt, Run
+from worker import dispatch
+from worker.actors import authenticate
+from worker.flows import Flow, RevalidationContext, get_flow
+from worker.interrupts import notify, view
+from worker.runtime import PAUSE_INTERRUPT
+from worker.schemas import BudgetGrant, lookup
+
+log = logging.getLogger(__name__)
+MAX_ID = 200
+
+
+class Refusal(Exception):
+    """Control flow inside the gateway: a check failed with ``outcome``; nothing was written."""
+
+    def __init__(self, outcome: ResumeOutcome, reason: str) -> None:
+        super().__init__(reason)
+        self.outcome = outcome
+        self.reason = reason
+
+
+@dataclass
+class _Attempt:
+    payload: Any
+    run_id: str | None
+    interrupt_id: str | None
+    actor_id: str | None
+    key: str | None
+
+
+def submit_resume(
+    contract: ResumeContract | Mapping[str, Any] | Any, credential: str
+) -> ResumeResult:
+    """Check and record one resume attempt; on acceptance the run continues once."""
+    attempt = _Attempt(_json_safe(contract), None, None, None, None)
+    if isinstance(attempt.payload, dict):
+        attempt.run_id = _short_str(attempt.payload.get("run_id"))
+        attempt.interrupt_id = _short_str(attempt.payload.get("interrupt_id"))
+        actor = attempt.payload.get("actor")
+        attempt.actor_id = _short_str(actor.get("id")) if isinstance(actor, dict) else None
+    try:
+        parsed = (
+            contract
+            if isinstance(contract, ResumeContract)
+            else ResumeContract.model_validate(contract)
+        )
+    except ValidationError as exc:
+        return _record(attempt, ResumeOutcome.MALFORMED, _first_error(exc))
+    attempt.key = parsed.idempotency_key
+    try:
+        return _decide(parsed, credential, attempt)
+    except IntegrityError:
+        # Another submission with the same idempotency key committed first.
+        return _record(attempt, ResumeOutcome.DUPLICATE, "")
+
+
+def _decide(contract: ResumeContract, credential: str, attempt: _Attempt) -> ResumeResult:
+    notify_after: tuple[Flow, Interrupt] | None = None
+    with transaction() as session:
+        original = _original(session, contract.idempotency_key)
+        if original is not None:
+            return _duplicate(session, attempt, original)
+        try:
+            interrupt, run, flow, submitted, new_interrupt = _check(session, contract, credential)
+            if new_interrupt is None:
+                with session.begin_nested():
+                    result = _accept(session, contract, submitted, attempt, interrupt, run)
+        except Refusal as refusal:
+            return _insert(session, attempt, refusal.outcome, refusal.reason)
+        if new_interrupt is not None:
+            notify_after = (flow, new_interrupt)
+            result = _insert(
+                session,
+                attempt,
+                ResumeOutcome.RENEWED_REVIEW_REQUIRED,
+                "evidence changed while the run waited; a new review is required",
+                new_interrupt_id=new_interrupt.id,
+            )
+    if notify_after is not None:
+        notify(*notify_after)
+    if result.accepted:
+        dispatch.publish_step(run.id, resume=True)
+    return result
+
+
+def _check(
+    session: Session, contract: ResumeContract, credential: str
+) -> tuple[Interrupt, Run, Flow, dict[str, Any], Interrupt | None]:
+    """Checks 3 to 8; returns what acceptance needs, or a renewed interrupt, or raises Refusal."""
+    actor = authenticate(session, contract.actor.id, credential)
+    if actor is None:
+        raise Refusal(
+            ResumeOutcome.UNAUTHENTICATED, "unknown actor, revoked actor or bad credential"
+        )
+    interrupt = _lock_interrupt(session, contract.interrupt_id)
+    run = session.get(Run, interrupt.run_id) if interrupt is not None else None
+    if interrupt is None or run is None:
+        raise Refusal(ResumeOutcome.STALE, f"no interrupt {contract.interrupt_id}")
+    _check_binding(contract, interrupt, run)
+    now = utcnow()
+    if interrupt.deadline <= now:
+        raise Refusal(
+            ResumeOutcome.EXPIRED,
+            f"the interrupt's deadline passed at {interrupt.deadline.isoformat()}",
+        )
+    expires_at = (
+        contract.expires_at
+        if contract.expires_at.tzinfo
+        else contract.expires_at.replace(tzinfo=UTC)
+    )
+    if expires_at <= now:
+        raise Refusal(ResumeOutcome.EXPIRED, f"the contract expired at {expires_at.isoformat()}")
+    roles = set(actor.roles or [])
+    if not roles & set(interrupt.roles or []):
+        raise Refusal(
+            ResumeOutcome.DENIED,
+            f"actor {actor.id} holds none of the roles {sorted(interrupt.roles)}",
+        )
+    if interrupt.separate_from_starter and run.started_by == actor.id:
+        raise Refusal(
+            ResumeOutcome.DENIED, f"actor {actor.id} started this run and may not release it"
+        )
+    flow = _flow_for(run)
+    validated = _validate_input(contract, interrupt)
+    submitted = validated.model_dump(mode="json") if validated is not None else {}
+    new_interrupt = _revalidate(session, flow, interrupt, run, submitted)
+    return interrupt, run, flow, submitted, new_interrupt
+
+
+def _lock_interrupt(session: Session, interrupt_id: str) -> Interrupt | None:
+    query = select(Interrupt).where(Interrupt.id == interrupt_id)
+    if is_postgresql():
+        # Concurrent resumes of one interrupt queue here; SQLite already serialises writers.
+        query = query.with_for_update()
+    return session.execute(query).scalar_one_or_none()
+
+
+def _check_binding(contract: ResumeContract, interrupt: Interrupt, run: Run) -> None:
+    problems = []
+    if interrupt.status != InterruptStatus.PENDING.value:
+        problems.append(f"interrupt is {interrupt.status}")
+    if contract.run_id != interrupt.run_id:
+        problems.append("run does not match the interrupt")
+    if contract.checkpoint_id != interrupt.checkpoint_id:
+        problems.append(f"checkpoint {contract.checkpoint_id} is not the interrupt's checkpoint")
+    if run.state != RunState.WAITING.value or run.state_version != interrupt.state_version:
+        problems.append(f"run moved on (now {run.state}, version {run.state_version})")
+    if contract.evidence_hash != interrupt.evidence_hash:
+        problems.append("evidence hash differs from the evidence on record")
+    if _canonical(contract.scope) != _canonical(interrupt.scope):
+        problems.append("scope differs from the interrupt's scope")
+    if problems:
+        raise Refusal(ResumeOutcome.STALE, "; ".join(problems))
+
+
+def _flow_for(run: Run) -> Flow:
+    try:
+        return get_flow(run.flow_name, run.flow_version, run_id=run.id)
+    except InterludeError as exc:
+        raise Refusal(ResumeOutcome.INVALID_INPUT, f"cannot validate here: {exc}") from None
+
+
+def _validate_input(contract: ResumeContract, interrupt: Interrupt) -> BaseModel | None:
+    model = lookup(interrupt.schema_name, interrupt.schema_version)
+    schema = f"{interrupt.schema_name}.v{interrupt.schema_version}"
+    if model is None:
+        raise Refusal(ResumeOutcome.INVALID_INPUT, f"input schema {schema} is not known here")
+    if contract.decision is Decision.REJECTED and not contract.input:
+        return None
+    try:
+        return model.model_validate(contract.input)
+    except ValidationError as exc:
+        raise Refusal(ResumeOutcome.INVALID_INPUT, f"{schema}: {_first_error(exc)}") from None
+
+
+def _revalidate(
+    session: Session, flow: Flow, interrupt: Interrupt, run: Run, submitted: dict[str, Any]
+) -> Interrupt | None:
+    """Check 8: recompute the evidence; if it changed, supersede the interrupt, keep the input."""
+    revalidator = flow.revalidators.get(interrupt.name)
+    if revalidator is None:
+        return None
+    checkpoint = session.get(Checkpoint, interrupt.checkpoint_id)
+    context = RevalidationContext(
+        run_id=run.id,
+        input=run.input,
+        state=checkpoint.state if checkpoint is not None else {},
+        interrupt=view(interrupt),
+    )
+    try:
+        current = revalidator(context)
+        current_hash = evidence_hash(current)
+    except Exception as exc:
+        raise Refusal(
+            ResumeOutcome.RENEWED_REVIEW_REQUIRED,
+            f"business revalidation failed ({type(exc).__name__}: {exc}); nothing changed",
+        ) from None
+    if current_hash == interrupt.evidence_hash:
+        return None
+    now = utcnow()
+    renewed = Interrupt(
+        **{
+            column: getattr(interrupt, column)
+            for column in Interrupt.__table__.columns.keys()  # noqa: SIM118
+            if column not in {"id", "created_at", "deadline", "status"}
+        }
+    )
+    renewed.id = repository.new_id()
+    renewed.status = InterruptStatus.PENDING.value
+    renewed.evidence = current
+    renewed.evidence_hash = current_hash
+    renewed.previous_input = submitted
+    renewed.supersedes = interrupt.id
+    renewed.created_at = now
+    renewed.deadline = now + (interrupt.deadline - interrupt.created_at)
+    interrupt.status = InterruptStatus.SUPERSEDED.value
+    interrupt.superseded_by = renewed.id
+    session.add(renewed)
+    repository.record_event(
+        session,
+        run.id,
+        actor="system:revalidation",
+        trigger="review_renewed",
+        detail={"old": interrupt.id, "new": renewed.id, "evidence_hash": current_hash},
+        at=now,
+    )
+    return renewed
+
+
+def _accept(
+    session: Session,
+    contract: ResumeContract,
+    submitted: dict[str, Any],
+    attempt: _Attempt,
+    interrupt: Interrupt,
+    run: Run,
+) -> ResumeResult:
+    """Check 9: resolve the interrupt and move the run to ``resuming``, all or nothing."""
+    now = utcnow()
+    actor = f"{contract.actor.type}:{contract.actor.id}"
+    resolved = session.execute(
+        update(Interrupt)
+        .where(Interrupt.id == interrupt.id, Interrupt.status == InterruptStatus.PENDING.value)
+        .values(
+            status=InterruptStatus.RESOLVED.value,
+            decision=contract.decision.value,
+            resume_input=submitted,
+            resolved_by=contract.actor.id,
+            resolved_at=now,
+        )
+        .execution_options(synchronize_session=False)
+    )
+    if resolved.rowcount != 1:  # type: ignore[attr-defined]
+        raise Refusal(ResumeOutcome.STALE, "interrupt was resolved concurrently")
+    fields: dict[str, Any] = {"dispatched_at": now}
+    approved = contract.decision is Decision.APPROVED
+    if interrupt.kind == InterruptKind.BUDGET.value and approved:
+        grant = BudgetGrant.model_validate(submitted)
+        fields["budget_allowance"] = (run.budget_allowance or 0.0) + grant.units
+    if interrupt.name == PAUSE_INTERRUPT:
+        fields["pause_requested_by"] = None
+    try:
+        repository.move(
+            session,
+            run,
+            "accept_resume",
+            actor=actor,
+            detail={"interrupt_id": interrupt.id, "decision": contract.decision.value},
+            **fields,
+        )
+    except StaleStateError as exc:
+        raise Refusal(ResumeOutcome.STALE, str(exc)) from None
+    return _insert(
+        session, attempt, ResumeOutcome.ACCEPTED, f"{contract.decision.value} by {actor}"
+    )
+
+
+def _original(session: Session, key: str) -> ResumeAttempt | None:
+    return session.execute(
+        select(ResumeAttempt).where(ResumeAttempt.original_key == key)
+    ).scalar_one_or_none()
+
+
+def _duplicate(session: Session, attempt: _Attempt, original: ResumeAttempt) -> ResumeResult:
+    return _insert(
+        session,
+        attempt,
+        ResumeOutcome.DUPLICATE,
+        f"duplicate of attempt {original.id} ({original.outcome})",
+        original=original,
+    )
+
+
+def _insert(
+    session: Session,
+    attempt: _Attempt,
+    outcome: ResumeOutcome,
+    reason: str,
+    *,
+    original: ResumeAttempt | None = None,
+    new_interrupt_id: str | None = None,
+) -> ResumeResult:
+    row = ResumeAttempt(
+        at=utcnow(),
+        run_id=attempt.run_id,
+        interrupt_id=attempt.interrupt_id,
+        actor_id=attempt.actor_id,
+        idempotency_key=attempt.key,
+        original_key=attempt.key if outcome is not ResumeOutcome.DUPLICATE else None,
+        outcome=outcome.value,
+        reason=reason,
+        payload=attempt.payload,
+    )
+    session.add(row)
+    session.flush()
+    log.info(
+        "resume %s: %s",
+        outcome.value,
+        reason,
+        extra={"action": "resume", "run_id": attempt.run_id, "outcome": outcome.value},
+    )
+    return ResumeResult(
+        outcome=outcome,
+        reason=reason,
+        attempt_id=row.id,
+        run_id=attempt.run_id,
+        interrupt_id=attempt.interrupt_id,
+        original_outcome=ResumeOutcome(original.outcome) if original is not None else None,
+        new_interrupt_id=new_interrupt_id,
+    )
+
+
+def _record(attempt: _Attempt, outcome: ResumeOutcome, reason: str) -> ResumeResult:
+    with transaction() as session:
+        if outcome is ResumeOutcome.DUPLICATE and attempt.key is not None:
+            original = _original(session, attempt.key)
+            if original is not None:
+                return _duplicate(session, attempt, original)
+        return _insert(session, attempt, outcome, reason)
+
+
+def _first_error(exc: ValidationError) -> str:
+    error = exc.errors()[0]
+    where = ".".join(str(p) for p in error["loc"]) or "contract"
+    return f"{where}: {error['msg']}"
+
+
+def _short_str(value: object) -> str | None:
+    return value[:MAX_ID] if isinstance(value, str) else None
+
+
+def _canonical(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
+
+
+def _json_safe(value: Any) -> Any:
+    """What was submitted, as JSON we can store (anything else is kept as its repr)."""
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json")
+    try:
+        return json.loads(json.dumps(value, default=repr, allow_nan=False))
+    except (TypeError, ValueError):
+        return {"unparseable": repr(value)[:10_000]}

@@ -1,0 +1,38 @@
+"""Settling a resuming run's pending effects before its step executes again."""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from models.enums import EffectStatus
+from worker.effects import NOT_APPLIED, UNKNOWN, as_json, mark_outcome
+
+if TYPE_CHECKING:
+    from worker.context import StepContext
+
+log = logging.getLogger(__name__)
+
+
+def settle_pending_effects(ctx: StepContext) -> None:
+    """Ask the flow's registered reconcilers about every effect left in ``intent``.
+
+    A receipt marks it applied; NOT_APPLIED marks it failed (so the step calls it again);
+    UNKNOWN, or no reconciler, leaves it for the step, which raises a ``repair`` interrupt.
+    """
+    for key, entry in list(ctx.effects.items()):
+        if entry.status != EffectStatus.INTENT:
+            continue
+        reconcile = ctx.flow.reconcilers.get(entry.name)
+        if reconcile is None:
+            continue
+        verdict = reconcile(key)
+        if verdict is UNKNOWN or verdict is None:
+            continue
+        ctx.count("effect_reconciled")
+        if verdict is NOT_APPLIED:
+            mark_outcome(ctx, key, EffectStatus.FAILED, error="reconciled: not applied")
+        else:
+            receipt = as_json(verdict, "the reconciled receipt", ctx, entry.name)
+            mark_outcome(ctx, key, EffectStatus.APPLIED, receipt=receipt)
+        log.info("effect reconciled", extra={"action": "reconcile", "run_id": ctx.run_id})

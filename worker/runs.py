@@ -1,0 +1,206 @@
+"""Starting, reading, pausing and cancelling runs from application code."""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+from pydantic import ValidationError
+from sqlalchemy import select
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from models import repository
+from models.contracts import CheckpointView, EffectView, EventView, RunSummary, RunView
+from models.db import transaction, utcnow
+from models.enums import InterruptStatus, RunState
+from models.errors import InvalidInputError, InvalidTransitionError, StaleStateError
+from models.tables import Checkpoint, Effect, Event, Interrupt, Run
+from statemachine import destination
+from worker import dispatch
+from worker.flows import get_flow
+from worker.interrupts import view as interrupt_view
+
+MAX_KEY = 200
+CANCEL_ATTEMPTS = 5
+
+
+def _checked_input(flow_name: str, value: Any) -> Any:
+    try:
+        text = json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise InvalidInputError(detail=f"input for flow {flow_name!r} is not JSON: {exc}") from None
+    return json.loads(text)
+
+
+def enqueue_run(
+    flow_name: str,
+    input: Any = None,
+    idempotency_key: str | None = None,
+    *,
+    started_by: str | None = None,
+    budget: float | None = None,
+) -> str:
+    """Start a run of the newest version of ``flow_name``; the same key returns the same run."""
+    flow = get_flow(flow_name)
+    data = _checked_input(flow_name, {} if input is None else input)
+    if flow.input_model is not None:
+        try:
+            data = flow.input_model.model_validate(data).model_dump(mode="json")
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(p) for p in first["loc"]) or "input"
+            raise InvalidInputError(detail=f"{where}: {first['msg']}") from None
+    if idempotency_key is not None and not 0 < len(idempotency_key) <= MAX_KEY:
+        raise InvalidInputError(detail=f"idempotency key must be 1 to {MAX_KEY} characters")
+    if budget is not None and (not math.isfinite(budget) or budget < 0):
+        raise InvalidInputError(detail="budget must be a non-negative number")
+    if idempotency_key is not None:
+        existing = _by_key(idempotency_key, flow_name)
+        if existing is not None:
+            return existing
+    try:
+        with transaction() as session:
+            run = repository.insert_run(
+                session,
+                flow_name=flow.name,
+                flow_version=flow.version,
+                input=data,
+                first_step=flow.first_step,
+                idempotency_key=idempotency_key,
+                started_by=started_by,
+                budget=budget if budget is not None else flow.budget,
+            )
+            run_id = run.id
+    except IntegrityError:
+        existing = _by_key(idempotency_key, flow_name) if idempotency_key else None
+        if existing is None:
+            raise
+        return existing
+    dispatch.publish_step(run_id)
+    return run_id
+
+
+def _by_key(key: str, flow_name: str) -> str | None:
+    with transaction(readonly=True) as session:
+        found = session.execute(
+            select(Run.id, Run.flow_name).where(Run.idempotency_key == key)
+        ).one_or_none()
+    if found is None:
+        return None
+    if found.flow_name != flow_name:
+        raise InvalidInputError(
+            detail=f"idempotency key {key!r} already started a run of flow {found.flow_name!r}"
+        )
+    return str(found.id)
+
+
+def get_run(run_id: str) -> RunView:
+    with transaction(readonly=True) as session:
+        run = repository.load_run(session, run_id)
+        checkpoint = repository.latest_checkpoint(session, run)
+        pending = session.execute(
+            select(Interrupt)
+            .where(Interrupt.run_id == run_id, Interrupt.status == InterruptStatus.PENDING.value)
+            .order_by(Interrupt.created_at)
+        ).scalars()
+        return RunView(
+            id=run.id,
+            flow_name=run.flow_name,
+            flow_version=run.flow_version,
+            state=run.state,
+            state_version=run.state_version,
+            input=run.input,
+            flow_state=checkpoint.state,
+            next_step=run.next_step,
+            output=run.output,
+            error=run.error,
+            started_by=run.started_by,
+            budget_allowance=run.budget_allowance,
+            budget_consumed=run.budget_consumed,
+            pause_requested_by=run.pause_requested_by,
+            checkpoints=checkpoint.seq + 1,
+            checkpoint_id=checkpoint.id,
+            pending_interrupts=[interrupt_view(row) for row in pending],
+            created_at=run.created_at,
+            updated_at=run.updated_at,
+            finished_at=run.finished_at,
+        )
+
+
+def list_runs(
+    state: RunState | str | None = None, flow: str | None = None, limit: int = 100
+) -> list[RunSummary]:
+    """Runs, newest first."""
+    query = select(Run).order_by(Run.created_at.desc(), Run.id).limit(limit)
+    if state is not None:
+        try:
+            query = query.where(Run.state == RunState(state).value)
+        except ValueError:
+            allowed = ", ".join(s.value for s in RunState)
+            raise InvalidInputError(detail=f"unknown state {state!r}; one of {allowed}") from None
+    if flow is not None:
+        query = query.where(Run.flow_name == flow)
+    with transaction(readonly=True) as session:
+        return [
+            RunSummary.model_validate(row, from_attributes=True)
+            for row in session.execute(query).scalars()
+        ]
+
+
+def list_checkpoints(run_id: str) -> list[CheckpointView]:
+    return _views(run_id, Checkpoint, Checkpoint.seq, CheckpointView)
+
+
+def list_events(run_id: str) -> list[EventView]:
+    return _views(run_id, Event, Event.id, EventView)
+
+
+def list_effects(run_id: str) -> list[EffectView]:
+    return _views(run_id, Effect, Effect.id, EffectView)
+
+
+def _views(run_id: str, table: Any, order: Any, model: Any) -> list[Any]:
+    with transaction(readonly=True) as session:
+        repository.load_run(session, run_id)
+        rows = session.execute(select(table).where(table.run_id == run_id).order_by(order))
+        return [model.model_validate(row, from_attributes=True) for row in rows.scalars()]
+
+
+def pause_run(run_id: str, *, actor: str) -> None:
+    """Ask the run to stop at its next step boundary with an ``operator`` interrupt."""
+    with transaction() as session:
+        run = repository.load_run(session, run_id)
+        if RunState(run.state).terminal:
+            raise InvalidTransitionError(run_id=run_id, trigger="pause", found=run.state)
+        repository.set_flags(session, run_id, pause_requested_by=actor, updated_at=utcnow())
+        repository.record_event(session, run_id, actor=actor, trigger="pause_requested", detail={})
+
+
+def cancel_run(run_id: str, *, actor: str, reason: str = "") -> None:
+    """Cancel a run: close its pending interrupts and fence any step still in flight."""
+    for _ in range(CANCEL_ATTEMPTS):
+        try:
+            with transaction() as session:
+                _cancel(session, run_id, actor, reason)
+            return
+        except StaleStateError:
+            continue  # a step committed meanwhile; look again
+    raise StaleStateError(run_id=run_id, expected="a stable state", found="constant movement")
+
+
+def _cancel(session: Session, run_id: str, actor: str, reason: str) -> None:
+    run = repository.load_run(session, run_id)
+    destination("cancel", run.state, run_id=run_id)
+    repository.move(
+        session, run, "cancel", actor=actor, detail={"reason": reason}, error=reason or None
+    )
+    for interrupt in session.execute(
+        select(Interrupt).where(
+            Interrupt.run_id == run_id, Interrupt.status == InterruptStatus.PENDING.value
+        )
+    ).scalars():
+        interrupt.status = InterruptStatus.CANCELLED.value
+        interrupt.resolved_at = utcnow()
+        interrupt.resolved_by = actor

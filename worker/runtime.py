@@ -1,0 +1,323 @@
+"""One step of one run: claim, load, execute, commit fenced on the lease epoch, dispatch.
+
+A step is at most two transactions (claim, commit) plus one per effect intent and outcome,
+and one publish after commit.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from models import repository
+from models.db import transaction, utcnow
+from models.enums import InterruptKind, InterruptStatus, RunState
+from models.errors import (
+    BudgetRejectedError,
+    EffectError,
+    FencedError,
+    FlowVersionError,
+    InterludeError,
+    StaleStateError,
+    UnknownStepError,
+)
+from models.settings import get_settings
+from models.tables import Checkpoint, Interrupt, Run
+from worker import dispatch
+from worker.context import InterruptSpec, ResolvedInterrupt, StepContext, Suspend, build_spec
+from worker.effects import LedgerEntry, load_ledger
+from worker.flows import Flow, StepDef, get_flow
+from worker.interrupts import notify, record_interrupt
+from worker.reconcile import settle_pending_effects
+from worker.schemas import OperatorRelease
+
+log = logging.getLogger(__name__)
+
+PAUSE_INTERRUPT = "operator.pause"
+MAX_BACKOFF_SECONDS = 60.0
+# Errors that retrying the step cannot cure.
+PERMANENT_ERRORS = (BudgetRejectedError, UnknownStepError, EffectError)
+
+
+def worker_identity() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+@dataclass
+class Claimed:
+    run: Run
+    flow: Flow
+    step: StepDef
+    checkpoint: Checkpoint
+    resolved: dict[str, ResolvedInterrupt]
+    ledger: dict[str, LedgerEntry]
+    resuming: bool
+
+
+def execute(run_id: str) -> None:
+    """Run the next step of ``run_id`` if this delivery wins the claim; otherwise do nothing."""
+    owner = worker_identity()
+    claimed = _claim(run_id, owner)
+    if claimed is None:
+        return
+    run, flow = claimed.run, claimed.flow
+    ctx = StepContext(
+        run_id=run.id,
+        flow=flow,
+        step=claimed.step.name,
+        input=run.input,
+        state=dict(claimed.checkpoint.state or {}),
+        epoch=run.lease_epoch,
+        checkpoint_id=claimed.checkpoint.id,
+        started_by=run.started_by,
+        budget_allowance=run.budget_allowance,
+        budget_consumed=run.budget_consumed,
+        resolved=claimed.resolved,
+        effects=claimed.ledger,
+        resuming=claimed.resuming,
+    )
+    try:
+        if run.pause_requested_by and PAUSE_INTERRUPT not in claimed.resolved:
+            raise Suspend(_pause_spec(run, flow))
+        if claimed.resuming:
+            settle_pending_effects(ctx)
+        next_step = claimed.step.fn(ctx)
+        if next_step is not None:
+            flow.get_step(next_step)
+    except Suspend as signal:
+        _commit_suspend(claimed, ctx, signal.spec, owner)
+    except (FencedError, StaleStateError) as exc:
+        _discard(run_id, exc)
+    except Exception as exc:
+        _commit_failure(claimed, ctx, exc, owner)
+    else:
+        _commit_advance(claimed, ctx, next_step, owner)
+
+
+def _discard(run_id: str, exc: InterludeError) -> None:
+    log.warning("step result discarded: %s", exc, extra={"action": "discard", "run_id": run_id})
+
+
+def _claim(run_id: str, owner: str) -> Claimed | None:
+    with transaction() as session:
+        run = session.get(Run, run_id)
+        if run is None or run.state not in repository.CLAIMABLE:
+            return None
+        try:
+            flow = get_flow(run.flow_name, run.flow_version, run_id=run.id)
+            step = flow.get_step(run.next_step or "")
+        except (FlowVersionError, UnknownStepError) as exc:
+            # Fail closed: the run stays where it is and the operator sees why.
+            repository.record_event(
+                session, run.id, actor=f"worker:{owner}", trigger="refused", detail=str(exc)
+            )
+            log.error("cannot continue run: %s", exc, extra={"action": "refuse", "run_id": run_id})
+            return None
+        resuming = run.state == RunState.RESUMING.value
+        if repository.claim(session, run_id, owner=owner, lease_seconds=_lease(step)) is None:
+            return None
+        if run.step_executions > 1:
+            repository.record_event(
+                session,
+                run.id,
+                actor=f"worker:{owner}",
+                trigger="step_reexecuted",
+                detail={"step": step.name, "executions": run.step_executions},
+            )
+        checkpoint = repository.latest_checkpoint(session, run)
+        resolved = _resolved_interrupts(session, run.id, checkpoint.id)
+        ledger = load_ledger(session, run.id)
+        return Claimed(run, flow, step, checkpoint, resolved, ledger, resuming)
+
+
+def _lease(step: StepDef) -> float:
+    return step.lease_seconds or get_settings().lease_seconds
+
+
+def _resolved_interrupts(
+    session: Session, run_id: str, checkpoint_id: str
+) -> dict[str, ResolvedInterrupt]:
+    rows = session.execute(
+        select(Interrupt).where(
+            Interrupt.run_id == run_id,
+            Interrupt.checkpoint_id == checkpoint_id,
+            Interrupt.status == InterruptStatus.RESOLVED.value,
+        )
+    ).scalars()
+    return {
+        row.name: ResolvedInterrupt(
+            id=row.id,
+            name=row.name,
+            schema_name=row.schema_name,
+            schema_version=row.schema_version,
+            decision=row.decision or "",
+            resume_input=row.resume_input,
+            resolved_by=row.resolved_by or "",
+        )
+        for row in rows
+    }
+
+
+def _pause_spec(run: Run, flow: Flow) -> InterruptSpec:
+    return build_spec(
+        PAUSE_INTERRUPT,
+        kind=InterruptKind.OPERATOR,
+        model=OperatorRelease,
+        authority=list(flow.operator_roles),
+        expires_in=get_settings().pause_expires_in,
+        evidence={"requested_by": run.pause_requested_by, "step": run.next_step},
+        reason=f"paused by {run.pause_requested_by}",
+    )
+
+
+def _record_counters(session: Session, ctx: StepContext, actor: str) -> None:
+    for trigger, count in ctx.counters.items():
+        repository.record_event(
+            session, ctx.run_id, actor=actor, trigger=trigger, detail={"count": count}
+        )
+
+
+def _commit_suspend(claimed: Claimed, ctx: StepContext, spec: InterruptSpec, owner: str) -> None:
+    run, actor = claimed.run, f"worker:{owner}"
+    unrecorded = [
+        k for k, e in ctx.effects.items() if e.status == "intent" and e.epoch == ctx.epoch
+    ]
+    if unrecorded:
+        _commit_failure(
+            claimed,
+            ctx,
+            EffectError(run_id=run.id, name=unrecorded[0], detail="left unrecorded at suspension"),
+            owner,
+        )
+        return
+    try:
+        with transaction() as session:
+            repository.move(
+                session,
+                run,
+                "suspend",
+                actor=actor,
+                fence_epoch=ctx.epoch,
+                detail={"interrupt": spec.name, "kind": spec.kind.value},
+                lease_owner=None,
+                lease_expires_at=None,
+            )
+            interrupt = record_interrupt(
+                session,
+                run,
+                spec,
+                step=ctx.step,
+                checkpoint_id=ctx.checkpoint_id,
+                actor=actor,
+            )
+            _record_counters(session, ctx, actor)
+    except (FencedError, StaleStateError) as exc:
+        _discard(run.id, exc)
+        return
+    log.info("run waiting on %s", spec.name, extra={"action": "suspend", "run_id": run.id})
+    notify(claimed.flow, interrupt)
+
+
+def _commit_advance(claimed: Claimed, ctx: StepContext, next_step: str | None, owner: str) -> None:
+    run, actor = claimed.run, f"worker:{owner}"
+    checkpoint = repository.new_checkpoint(
+        run,
+        step=ctx.step,
+        next_step=next_step,
+        state=ctx.state,
+        budget_consumed=ctx.budget_consumed,
+        effects=ctx.applied_effects,
+        epoch=ctx.epoch,
+    )
+    now = utcnow()
+    fields: dict[str, Any] = {
+        "checkpoint_seq": checkpoint.seq,
+        "next_step": next_step,
+        "budget_consumed": ctx.budget_consumed,
+        "step_attempts": 0,
+        "step_executions": 0,
+        "lost_leases": 0,
+        "lease_owner": None,
+        "lease_expires_at": None,
+        "error": None,
+    }
+    if next_step is None:
+        trigger, fields["output"] = "complete", ctx.state
+    else:
+        trigger, fields["dispatched_at"] = "advance", now
+    try:
+        with transaction() as session:
+            repository.move(
+                session,
+                run,
+                trigger,
+                actor=actor,
+                fence_epoch=ctx.epoch,
+                detail={"step": ctx.step, "checkpoint": checkpoint.seq, "next": next_step},
+                **fields,
+            )
+            session.add(checkpoint)
+            _record_counters(session, ctx, actor)
+    except (FencedError, StaleStateError) as exc:
+        _discard(run.id, exc)
+        return
+    if next_step is not None:
+        dispatch.publish_step(run.id)
+
+
+def _commit_failure(claimed: Claimed, ctx: StepContext, exc: Exception, owner: str) -> None:
+    run, step, actor = claimed.run, claimed.step, f"worker:{owner}"
+    error = f"{type(exc).__name__}: {exc}"
+    attempts = run.step_attempts + 1
+    retry = attempts <= step.retries and not isinstance(exc, PERMANENT_ERRORS)
+    detail = {"step": step.name, "attempt": attempts, "error": error}
+    log.warning(
+        "step %s failed (attempt %d): %s",
+        step.name,
+        attempts,
+        error,
+        extra={"action": "step_failed", "run_id": run.id},
+    )
+    backoff = min(step.backoff * 2 ** (attempts - 1), MAX_BACKOFF_SECONDS)
+    try:
+        with transaction() as session:
+            if retry:
+                now = utcnow()
+                repository.move(
+                    session,
+                    run,
+                    "retry",
+                    actor=actor,
+                    fence_epoch=ctx.epoch,
+                    detail=detail,
+                    step_attempts=attempts,
+                    error=error,
+                    lease_owner=None,
+                    lease_expires_at=None,
+                    not_before=now + timedelta(seconds=backoff),
+                    dispatched_at=now,
+                )
+            else:
+                repository.move(
+                    session,
+                    run,
+                    "fail",
+                    actor=actor,
+                    fence_epoch=ctx.epoch,
+                    detail=detail,
+                    step_attempts=attempts,
+                    error=error,
+                )
+            _record_counters(session, ctx, actor)
+    except (FencedError, StaleStateError) as fenced:
+        _discard(run.id, fenced)
+        return
+    if retry:
+        dispatch.publish_step(run.id, countdown=backoff)

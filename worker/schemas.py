@@ -1,0 +1,81 @@
+"""Interrupt input models registered under a schema name and version (``approval.v1``)."""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections.abc import Callable
+from typing import Any, Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from models.errors import FlowDefinitionError
+
+M = TypeVar("M", bound=type[BaseModel])
+SCHEMA_ID = re.compile(r"^([A-Za-z][A-Za-z0-9_\-]*)\.v([0-9]+)$")
+
+_lock = threading.Lock()
+_schemas: dict[tuple[str, int], type[BaseModel]] = {}
+_ids: dict[type[BaseModel], tuple[str, int]] = {}
+
+
+def parse_schema_id(schema_id: str) -> tuple[str, int]:
+    match = SCHEMA_ID.match(schema_id)
+    if match is None:
+        raise FlowDefinitionError(detail=f"schema id {schema_id!r} is not like 'approval.v1'")
+    return match.group(1), int(match.group(2))
+
+
+def input_schema(schema_id: str) -> Callable[[M], M]:
+    """Register a pydantic model as the input of interrupts under ``schema_id``."""
+    name, version = parse_schema_id(schema_id)
+
+    def decorate(model: M) -> M:
+        with _lock:
+            _schemas[(name, version)] = model
+            _ids[model] = (name, version)
+        return model
+
+    return decorate
+
+
+def schema_id_of(model: type[BaseModel]) -> tuple[str, int]:
+    try:
+        return _ids[model]
+    except KeyError:
+        raise FlowDefinitionError(
+            detail=f"{model.__name__} is not registered with @input_schema('name.vN')"
+        ) from None
+
+
+def lookup(name: str, version: int) -> type[BaseModel] | None:
+    with _lock:
+        return _schemas.get((name, version))
+
+
+class _Input(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+@input_schema("budget.v1")
+class BudgetGrant(_Input):
+    """More allowance for a run whose budget ran out."""
+
+    units: float = Field(gt=0)
+    note: str = ""
+
+
+@input_schema("operator.v1")
+class OperatorRelease(_Input):
+    """Release a run an operator paused."""
+
+    note: str = ""
+
+
+@input_schema("repair.v1")
+class RepairResolution(_Input):
+    """An operator's finding on an effect whose outcome was unknown."""
+
+    outcome: Literal["applied", "not_applied"]
+    receipt: Any = None
+    note: str = ""
