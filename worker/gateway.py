@@ -20,7 +20,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from models import repository
-from models.contracts import ResumeContract, ResumeResult, evidence_hash
+from models.contracts import ActorRef, ResumeContract, ResumeResult, evidence_hash
 from models.db import is_postgresql, transaction, utcnow
 from models.enums import Decision, InterruptKind, InterruptStatus, ResumeOutcome, RunState
 from models.errors import InterludeError, StaleStateError
@@ -387,3 +387,46 @@ def _json_safe(value: Any) -> Any:
         return json.loads(json.dumps(value, default=repr, allow_nan=False))
     except (TypeError, ValueError):
         return {"unparseable": repr(value)[:10_000]}
+
+
+def resume_as_system(
+    session: Session, interrupt: Interrupt, *, actor_id: str, input: dict[str, Any], reason: str
+) -> ResumeResult:
+    """Release ``interrupt`` on the system's behalf (the ``default`` expiry policy).
+
+    It goes through the same binding, input and acceptance steps as a person's resume and is
+    recorded as an attempt; the idempotency key ``<actor>:<interrupt>`` makes a second
+    application impossible. Runs in the caller's transaction; the caller publishes the
+    resume task after commit when the result is accepted.
+    """
+    run = session.get(Run, interrupt.run_id)
+    contract = ResumeContract(
+        schema_version="resume.v1",
+        run_id=interrupt.run_id,
+        checkpoint_id=interrupt.checkpoint_id,
+        interrupt_id=interrupt.id,
+        actor=ActorRef(type="service", id=actor_id),
+        decision=Decision.APPROVED,
+        input=input,
+        scope=interrupt.scope,
+        evidence_hash=interrupt.evidence_hash,
+        idempotency_key=f"{actor_id}:{interrupt.id}",
+        expires_at=utcnow() + (interrupt.deadline - interrupt.created_at),
+    )
+    attempt = _Attempt(
+        contract.model_dump(mode="json"),
+        interrupt.run_id,
+        interrupt.id,
+        actor_id,
+        contract.idempotency_key,
+    )
+    try:
+        if run is None:
+            raise Refusal(ResumeOutcome.STALE, f"no run {interrupt.run_id}")
+        _check_binding(contract, interrupt, run)
+        validated = _validate_input(contract, interrupt)
+        submitted = validated.model_dump(mode="json") if validated is not None else {}
+        with session.begin_nested():
+            return _accept(session, contract, submitted, attempt, interrupt, run)
+    except Refusal as refusal:
+        return _insert(session, attempt, refusal.outcome, f"{reason}: {refusal.reason}")
