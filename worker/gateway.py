@@ -34,6 +34,11 @@ from worker.schemas import BudgetGrant, lookup
 
 log = logging.getLogger(__name__)
 MAX_ID = 200
+# Attempts that do not claim their idempotency key: a duplicate has no key of its own, and an
+# unauthenticated submitter must not be able to burn the key of the real responder.
+UNBOUND_OUTCOMES = frozenset(
+    {ResumeOutcome.DUPLICATE, ResumeOutcome.MALFORMED, ResumeOutcome.UNAUTHENTICATED}
+)
 
 
 class Refusal(Exception):
@@ -332,7 +337,7 @@ def _insert(
         interrupt_id=attempt.interrupt_id,
         actor_id=attempt.actor_id,
         idempotency_key=attempt.key,
-        original_key=attempt.key if outcome is not ResumeOutcome.DUPLICATE else None,
+        original_key=attempt.key if outcome not in UNBOUND_OUTCOMES else None,
         outcome=outcome.value,
         reason=reason,
         payload=attempt.payload,
