@@ -1,0 +1,89 @@
+"""Bad input gets a one-line error naming what is wrong, and writes nothing."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from sqlalchemy import func, select
+
+from models import repository
+from models.db import transaction
+from models.errors import InvalidInputError, InvalidTransitionError, UnknownFlowError
+from models.tables import Checkpoint, Event, Run
+from worker import cancel_run, enqueue_run, get_run
+
+
+def _counts() -> tuple[int, int, int]:
+    with transaction(readonly=True) as session:
+        return tuple(  # type: ignore[return-value]
+            session.execute(select(func.count()).select_from(t)).scalar_one()
+            for t in (Run, Checkpoint, Event)
+        )
+
+
+def _one_line(error: BaseException) -> str:
+    text = str(error)
+    assert text and "\n" not in text
+    return text
+
+
+def test_unknown_flow_is_refused_and_writes_nothing(db: str) -> None:
+    with pytest.raises(UnknownFlowError) as caught:
+        enqueue_run("no_such_flow", {})
+    assert "unknown flow 'no_such_flow'" in _one_line(caught.value)
+    assert _counts() == (0, 0, 0)
+
+
+@pytest.mark.parametrize("bad", [{"x": {1, 2}}, {"x": math.nan}, {"x": object()}])
+def test_input_that_is_not_json_is_refused_and_writes_nothing(db: str, bad: object) -> None:
+    with pytest.raises(InvalidInputError) as caught:
+        enqueue_run("three_steps", bad)
+    assert "not JSON" in _one_line(caught.value)
+    assert _counts() == (0, 0, 0)
+
+
+def _queued_run() -> str:
+    """A queued run that no worker hears about (nothing is published for it)."""
+    with transaction() as session:
+        run = repository.insert_run(
+            session,
+            flow_name="three_steps",
+            flow_version=1,
+            input={"n": 1},
+            first_step="first",
+            idempotency_key=None,
+            started_by="test",
+            budget=None,
+        )
+        return run.id
+
+
+def test_invalid_trigger_is_refused_and_writes_nothing(db: str) -> None:
+    run_id = _queued_run()
+    before = _counts()
+    with pytest.raises(InvalidTransitionError) as caught, transaction() as session:
+        run = repository.load_run(session, run_id)
+        repository.move(session, run, "complete", actor="test")
+    assert _one_line(caught.value) == f"run {run_id}: cannot complete from queued"
+    assert _counts() == before
+    assert get_run(run_id).state == "queued"
+
+
+def test_cancelling_a_finished_run_is_refused(db: str) -> None:
+    run_id = _queued_run()
+    cancel_run(run_id, actor="ops", reason="not needed")
+    before = _counts()
+    with pytest.raises(InvalidTransitionError) as caught:
+        cancel_run(run_id, actor="ops")
+    assert _one_line(caught.value) == f"run {run_id}: cannot cancel from cancelled"
+    assert _counts() == before
+
+
+def test_same_idempotency_key_returns_the_same_run(db: str) -> None:
+    first = enqueue_run("three_steps", {"n": 1}, idempotency_key="order-17")
+    again = enqueue_run("three_steps", {"n": 1}, idempotency_key="order-17")
+    assert first == again
+    assert _counts()[0] == 1
+    with pytest.raises(InvalidInputError):
+        enqueue_run("quick", {}, idempotency_key="order-17")

@@ -1,0 +1,20 @@
+"""``upgrade head`` produces exactly the schema the models declare, on both backends."""
+
+from __future__ import annotations
+
+from alembic.autogenerate import compare_metadata
+from alembic.migration import MigrationContext
+
+from models.db import get_engine
+from models.migrate import current_head
+from models.tables import Base
+
+
+def test_upgrade_head_matches_the_models(database_url: str) -> None:
+    # The session fixture already ran `upgrade head` on this database.
+    engine = get_engine(database_url)
+    with engine.connect() as conn:
+        context = MigrationContext.configure(conn, opts={"compare_type": True})
+        assert context.get_current_revision() == current_head()
+        diff = compare_metadata(context, Base.metadata)
+    assert diff == []

@@ -1,0 +1,78 @@
+"""The lifecycle table, the shared status vocabulary and error messages (no services)."""
+
+from __future__ import annotations
+
+import pytest
+
+from models.enums import TERMINAL_STATES, EffectStatus, InterruptStatus, ResumeOutcome, RunState
+from models.errors import InvalidTransitionError, StaleStateError
+from models.tables import Base
+from statemachine import destination, sources, transition_table, triggers
+
+
+def test_every_documented_move_exists() -> None:
+    expected = {
+        ("claim", "queued"): "running",
+        ("claim", "resuming"): "running",
+        ("advance", "running"): "queued",
+        ("requeue", "running"): "queued",
+        ("suspend", "running"): "waiting",
+        ("accept_resume", "waiting"): "resuming",
+        ("expire", "waiting"): "expired",
+        ("complete", "running"): "succeeded",
+        ("fail", "running"): "failed",
+    }
+    table = transition_table()
+    for move, dest in expected.items():
+        assert table[move] == dest
+
+
+def test_terminal_states_have_no_way_out() -> None:
+    for (_, source) in transition_table():
+        assert RunState(source) not in TERMINAL_STATES
+
+
+def test_cancel_leaves_every_non_terminal_state() -> None:
+    assert sources("cancel") == frozenset(set(RunState) - TERMINAL_STATES)
+
+
+def test_invalid_trigger_is_a_one_line_error_naming_run_and_state() -> None:
+    with pytest.raises(InvalidTransitionError) as caught:
+        destination("claim", "waiting", run_id="r-1")
+    assert str(caught.value) == "run r-1: cannot claim from waiting"
+    assert caught.value.run_id == "r-1"
+    with pytest.raises(InvalidTransitionError):
+        destination("no_such_trigger", "queued", run_id="r-1")
+
+
+def test_stale_state_error_names_expected_and_found() -> None:
+    error = StaleStateError(run_id="r", expected="queued (version 1)", found="running (version 2)")
+    assert str(error) == "run r: expected queued (version 1), found running (version 2)"
+    assert "\n" not in str(error)
+
+
+def test_triggers_are_the_designed_set() -> None:
+    assert triggers() == {
+        "claim", "advance", "retry", "requeue", "suspend", "accept_resume",
+        "expire", "complete", "fail", "cancel",
+    }
+
+
+@pytest.mark.parametrize(
+    ("table", "column", "enum"),
+    [
+        ("runs", "state", RunState),
+        ("interrupts", "status", InterruptStatus),
+        ("resume_attempts", "outcome", ResumeOutcome),
+        ("effects", "status", EffectStatus),
+    ],
+)
+def test_database_allows_exactly_the_enum_values(table: str, column: str, enum: type) -> None:
+    checks = [
+        str(c.sqltext)
+        for c in Base.metadata.tables[table].constraints
+        if getattr(c, "sqltext", None) is not None and str(c.sqltext).startswith(f"{column} IN")
+    ]
+    assert len(checks) == 1
+    allowed = {v.strip(" '") for v in checks[0].split("(", 1)[1].rstrip(")").split(",")}
+    assert allowed == {member.value for member in enum}
