@@ -47,3 +47,50 @@ def test_three_step_flow_completes_with_contiguous_checkpoints(
         ("claim", "queued", "running"),
         ("complete", "running", "succeeded"),
     ]
+
+
+def test_a_failing_step_is_retried_with_backoff_then_succeeds(
+    db: str, shared_worker: WorkerProcess
+) -> None:
+    run_id = enqueue_run("flaky", {"fail_times": 2})
+    wait_for(lambda: _finished(run_id), timeout=30)
+    run = get_run(run_id)
+    assert run.state == "succeeded", run.error
+    assert run.flow_state == {"tries": 3}
+    with transaction(readonly=True) as session:
+        retries = session.execute(
+            select(Event.detail).where(Event.run_id == run_id, Event.trigger == "retry")
+        ).scalars().all()
+    assert [d["attempt"] for d in retries] == [1, 2]
+    assert "flaky failure 1" in retries[0]["error"]
+
+
+def test_a_step_failing_past_its_retry_limit_fails_the_run_with_the_error(
+    db: str, shared_worker: WorkerProcess
+) -> None:
+    run_id = enqueue_run("flaky", {"fail_times": 5})
+    wait_for(lambda: _finished(run_id), timeout=30)
+    run = get_run(run_id)
+    assert run.state == "failed"
+    assert run.error == "RuntimeError: flaky failure 3"
+    assert run.checkpoints == 1
+
+
+def test_a_run_pinned_to_a_version_this_worker_lacks_fails_closed(db: str) -> None:
+    from models import repository
+    from worker.runtime import execute
+
+    with transaction() as session:
+        run = repository.insert_run(
+            session, flow_name="three_steps", flow_version=7, input={}, first_step="first",
+            idempotency_key=None, started_by="test", budget=None,
+        )
+        run_id = run.id
+    execute(run_id)
+    run_view = get_run(run_id)
+    assert run_view.state == "queued" and run_view.checkpoints == 1
+    with transaction(readonly=True) as session:
+        refused = session.execute(
+            select(Event.detail).where(Event.run_id == run_id, Event.trigger == "refused")
+        ).scalar_one()
+    assert "needs flow 'three_steps' version 7" in refused
