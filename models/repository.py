@@ -280,3 +280,24 @@ def checkpoint_count(session: Session, run_id: str) -> int:
             select(func.count()).select_from(Checkpoint).where(Checkpoint.run_id == run_id)
         ).scalar_one()
     )
+
+
+def mark_redispatched(
+    session: Session, run_id: str, *, state_version: int, cutoff: datetime, now: datetime
+) -> bool:
+    """Record a republish of an unclaimed run, only if nobody moved or republished it since.
+
+    The reaper publishes only when this returns True, so two reapers never both republish.
+    """
+    result = session.execute(
+        update(Run)
+        .where(
+            Run.id == run_id,
+            Run.state_version == state_version,
+            Run.state.in_(CLAIMABLE),
+            (Run.dispatched_at.is_(None)) | (Run.dispatched_at < cutoff),
+        )
+        .values(dispatched_at=now)
+        .execution_options(synchronize_session=False)
+    )
+    return bool(result.rowcount == 1)  # type: ignore[attr-defined]

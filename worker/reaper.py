@@ -1,8 +1,126 @@
-"""Recovering runs whose worker died or whose dispatch was lost (filled in by the effects work)."""
+"""Recovering runs whose worker died or whose dispatch was lost; safe in several processes.
+
+Two passes, each one bounded transaction that selects with ``FOR UPDATE SKIP LOCKED`` on
+PostgreSQL (SQLite serialises writers) and changes rows only by compare-and-set, so a second
+reaper running at the same moment finds nothing left to do. Tasks are published after commit.
+"""
 
 from __future__ import annotations
 
+import logging
+from datetime import datetime, timedelta
 
-def reap() -> int:
+from sqlalchemy import or_, select
+
+from models import repository
+from models.db import is_postgresql, transaction, utcnow
+from models.enums import RunState
+from models.errors import StaleStateError
+from models.settings import get_settings
+from models.tables import Run
+from worker import dispatch
+
+log = logging.getLogger(__name__)
+ACTOR = "system:reaper"
+
+
+def reap(now: datetime | None = None, batch: int | None = None) -> int:
     """Requeue runs with expired leases and republish unclaimed ones; returns how many."""
-    raise NotImplementedError("the reaper is not built yet")
+    settings = get_settings()
+    now = now or utcnow()
+    batch = batch or settings.sweep_batch
+    handled = _requeue_expired(now, batch, settings.max_claims)
+    handled += _redispatch_unclaimed(now, batch, settings.redispatch_after)
+    return handled
+
+
+def _requeue_expired(now: datetime, batch: int, max_claims: int) -> int:
+    """Runs whose owner stopped renewing: back to ``queued``, or ``failed`` after too many."""
+    query = (
+        select(Run)
+        .where(Run.state == RunState.RUNNING.value, Run.lease_expires_at < now)
+        .order_by(Run.lease_expires_at)
+        .limit(batch)
+    )
+    if is_postgresql():
+        query = query.with_for_update(skip_locked=True)
+    requeued: list[str] = []
+    failed = 0
+    with transaction() as session:
+        for run in session.execute(query).scalars().all():
+            lost = run.lost_leases + 1
+            detail = {"epoch": run.lease_epoch, "owner": run.lease_owner, "lost_leases": lost}
+            try:
+                if lost > max_claims:
+                    repository.move(
+                        session,
+                        run,
+                        "fail",
+                        actor=ACTOR,
+                        detail=detail,
+                        lost_leases=lost,
+                        error=f"lease lost {lost} times (limit {max_claims}); last owner "
+                        f"{run.lease_owner}",
+                    )
+                    failed += 1
+                    log.error(
+                        "run failed: lease lost %d times",
+                        lost,
+                        extra={"action": "reap_fail", "run_id": run.id},
+                    )
+                    continue
+                repository.move(
+                    session,
+                    run,
+                    "requeue",
+                    actor=ACTOR,
+                    detail=detail,
+                    lost_leases=lost,
+                    lease_owner=None,
+                    lease_expires_at=None,
+                    dispatched_at=now,
+                )
+            except StaleStateError:
+                continue  # the owner committed or another reaper moved it first
+            requeued.append(run.id)
+            log.warning(
+                "lease of %s expired; run requeued",
+                detail["owner"],
+                extra={"action": "requeue", "run_id": run.id},
+            )
+    for run_id in requeued:
+        dispatch.publish_step(run_id)
+    return len(requeued) + failed
+
+
+def _redispatch_unclaimed(now: datetime, batch: int, redispatch_after: float) -> int:
+    """Runs due to be claimed whose task was published long ago (or lost): publish again."""
+    cutoff = now - timedelta(seconds=redispatch_after)
+    query = (
+        select(Run.id, Run.state, Run.state_version)
+        .where(
+            Run.state.in_(repository.CLAIMABLE),
+            or_(Run.dispatched_at.is_(None), Run.dispatched_at < cutoff),
+            or_(Run.not_before.is_(None), Run.not_before <= now),
+        )
+        .order_by(Run.dispatched_at)
+        .limit(batch)
+    )
+    if is_postgresql():
+        query = query.with_for_update(skip_locked=True)
+    due: list[tuple[str, bool]] = []
+    with transaction() as session:
+        for run_id, state, version in session.execute(query).all():
+            # The conditional update elects one reaper per stale dispatch.
+            if repository.mark_redispatched(
+                session, run_id, state_version=version, cutoff=cutoff, now=now
+            ):
+                due.append((run_id, state == RunState.RESUMING.value))
+    for run_id, resuming in due:
+        log.warning(
+            "run unclaimed since before %s; republished",
+            cutoff.isoformat(),
+            extra={"action": "redispatch", "run_id": run_id},
+        )
+        dispatch.publish_step(run_id, resume=resuming)
+    return len(due)
