@@ -93,6 +93,7 @@ class StepContext:
     state: dict[str, Any]
     epoch: int
     checkpoint_id: str
+    checkpoint_seq: int
     started_by: str | None
     budget_allowance: float | None
     budget_consumed: float

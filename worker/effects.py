@@ -84,7 +84,8 @@ def perform(
     reconcile: Callable[[str], Any] | None,
     key: str | None,
 ) -> Any:
-    key = key or f"{ctx.run_id}:{ctx.step}:{name}"
+    # The checkpoint sequence keeps a step that runs again in a loop from reusing old effects.
+    key = key or f"{ctx.run_id}:{ctx.checkpoint_seq}:{ctx.step}:{name}"
     reconcile = reconcile or ctx.flow.reconcilers.get(name)
     if key in ctx.applied_effects:
         raise EffectError(run_id=ctx.run_id, name=name, detail="used twice in one execution")

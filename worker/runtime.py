@@ -76,6 +76,7 @@ def execute(run_id: str) -> None:
         state=dict(claimed.checkpoint.state or {}),
         epoch=run.lease_epoch,
         checkpoint_id=claimed.checkpoint.id,
+        checkpoint_seq=claimed.checkpoint.seq,
         started_by=run.started_by,
         budget_allowance=run.budget_allowance,
         budget_consumed=run.budget_consumed,
