@@ -1,8 +1,341 @@
-"""Sweeping expired interrupts (filled in by the expiry work)."""
+"""Sweeping expired interrupts: due rows in bounded batches, each policy applied exactly once.
+
+Due rows are read through the ``(status, deadline)`` index, oldest deadline first, so a sweep
+costs what is due, not what is waiting. On PostgreSQL a batch is locked with
+``FOR UPDATE SKIP LOCKED``: concurrent sweepers take disjoint rows, and the gateway, which locks
+the same row before it accepts a resume, is serialised with them. On SQLite every write
+transaction begins IMMEDIATE, so a batch is read and applied under the single write lock.
+Each interrupt is applied in its own savepoint, so one bad row does not stop its batch.
+"""
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable, Collection
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
 
-def sweep_expired() -> int:
-    """Apply the expiry policy of every due interrupt; returns how many were handled."""
-    raise NotImplementedError("expiry sweeps are not built yet")
+from sqlalchemy import select, update
+from sqlalchemy.orm import Session
+from sqlalchemy.orm.attributes import set_committed_value
+
+from models import repository
+from models.db import is_postgresql, transaction, utcnow
+from models.enums import ExpiryPolicy, InterruptStatus, RunState
+from models.errors import InterludeError, InvalidInputError
+from models.settings import get_settings
+from models.tables import Interrupt, Run
+from worker import dispatch
+from worker.flows import get_flow, load_flow_modules
+from worker.gateway import resume_as_system
+from worker.interrupts import notify
+from worker.schemas import lookup
+
+log = logging.getLogger(__name__)
+
+SYSTEM_ACTOR = "system:expiry"
+# Columns an escalated interrupt does not inherit from the one it supersedes.
+NOT_INHERITED = frozenset(
+    {
+        "id",
+        "status",
+        "roles",
+        "deadline",
+        "escalation_level",
+        "supersedes",
+        "superseded_by",
+        "decision",
+        "resume_input",
+        "resolved_by",
+        "created_at",
+        "resolved_at",
+    }
+)
+
+# Something to do once the batch has committed (publish a resume, notify about an escalation).
+AfterCommit = Callable[[], None]
+
+
+class _Deferred(Exception):
+    """Control flow: this interrupt cannot be handled by this process now; leave it pending."""
+
+
+@dataclass
+class _Batch:
+    selected: int = 0
+    handled: int = 0
+    passed_over: list[str] = field(default_factory=list)
+    after_commit: list[AfterCommit] = field(default_factory=list)
+
+
+def sweep_expired(now: datetime | None = None, batch: int | None = None) -> int:
+    """Apply the expiry policy of every due interrupt; returns how many were handled.
+
+    Batches of ``batch`` rows (``INTERLUDE_SWEEP_BATCH``) are each one transaction; the sweep
+    goes on until a batch comes back short. Rows passed over (deferred or failed) are left
+    pending for the next sweep and not selected again by this one.
+    """
+    now = now or utcnow()
+    size = get_settings().sweep_batch if batch is None else batch
+    if size < 1:
+        raise InvalidInputError(detail=f"sweep batch must be at least 1, got {size}")
+    # The default policy validates its input against schemas that the flow modules register.
+    load_flow_modules()
+    handled = 0
+    passed_over: set[str] = set()
+    while True:
+        result = _sweep_batch(now, size, passed_over)
+        for action in result.after_commit:
+            action()
+        handled += result.handled
+        passed_over.update(result.passed_over)
+        if result.selected < size:
+            return handled
+
+
+def _sweep_batch(now: datetime, size: int, exclude: Collection[str]) -> _Batch:
+    result = _Batch()
+    with transaction() as session:
+        due = _select_due(session, now, size, exclude)
+        result.selected = len(due)
+        runs = _runs_of(session, due)
+        for interrupt in due:
+            run = runs.get(interrupt.run_id)
+            try:
+                with session.begin_nested():
+                    after = _apply(session, interrupt, run, now)
+            except _Deferred as deferred:
+                _forget(session, interrupt, run)
+                log.warning(
+                    "expiry of interrupt %s deferred: %s",
+                    interrupt.id,
+                    deferred,
+                    extra={"action": "expiry_deferred", "run_id": interrupt.run_id},
+                )
+                result.passed_over.append(interrupt.id)
+            except Exception:
+                _forget(session, interrupt, run)
+                log.exception(
+                    "expiry of interrupt %s failed; it stays pending",
+                    interrupt.id,
+                    extra={"action": "expiry_failed", "run_id": interrupt.run_id},
+                )
+                result.passed_over.append(interrupt.id)
+            else:
+                result.handled += 1
+                if after is not None:
+                    result.after_commit.append(after)
+    return result
+
+
+def _forget(session: Session, *rows: Interrupt | Run | None) -> None:
+    # Values written with set_committed_value inside a rolled-back savepoint are not undone by
+    # SQLAlchemy; reload these rows if anything in the batch looks at them again.
+    for row in rows:
+        if row is not None:
+            session.expire(row)
+
+
+def _select_due(
+    session: Session, now: datetime, size: int, exclude: Collection[str]
+) -> list[Interrupt]:
+    """Due pending interrupts, oldest deadline first, read through the (status, deadline) index."""
+    query = (
+        select(Interrupt)
+        .where(Interrupt.status == InterruptStatus.PENDING.value, Interrupt.deadline <= now)
+        .order_by(Interrupt.deadline)
+        .limit(size)
+    )
+    if exclude:
+        query = query.where(Interrupt.id.not_in(list(exclude)))
+    if is_postgresql():
+        # Rows another sweeper (or a resume in the gateway) holds are theirs: skip, never wait.
+        query = query.with_for_update(skip_locked=True)
+    return list(session.execute(query).scalars())
+
+
+def _runs_of(session: Session, due: list[Interrupt]) -> dict[str, Run]:
+    ids = {interrupt.run_id for interrupt in due}
+    if not ids:
+        return {}
+    return {run.id: run for run in session.execute(select(Run).where(Run.id.in_(ids))).scalars()}
+
+
+def _apply(
+    session: Session, interrupt: Interrupt, run: Run | None, now: datetime
+) -> AfterCommit | None:
+    """Apply ``interrupt``'s policy; returns what to do after commit, if anything."""
+    if run is None or not _waits_on(run, interrupt):
+        _close(session, interrupt)
+        repository.record_event(
+            session,
+            interrupt.run_id,
+            actor=SYSTEM_ACTOR,
+            trigger="interrupt_expired",
+            detail={
+                **_detail(interrupt),
+                "note": "the run was no longer waiting on it",
+                "run_state": run.state if run is not None else None,
+            },
+        )
+        _log(interrupt, "expire_orphan")
+        return None
+    policy = ExpiryPolicy(interrupt.on_expiry)
+    if policy is ExpiryPolicy.ESCALATE:
+        escalation = interrupt.escalation or {}
+        if interrupt.escalation_level < int(escalation.get("max", 0)):
+            return _escalate(session, interrupt, run, escalation, now)
+        _end(session, interrupt, run, "expire", note="escalation limit reached")
+        return None
+    if policy is ExpiryPolicy.DEFAULT:
+        return _default(session, interrupt, run)
+    _end(session, interrupt, run, "cancel" if policy is ExpiryPolicy.CANCEL else "expire")
+    return None
+
+
+def _waits_on(run: Run, interrupt: Interrupt) -> bool:
+    """The run still waits at the point where ``interrupt`` was raised."""
+    return run.state == RunState.WAITING.value and run.state_version == interrupt.state_version
+
+
+def _close(session: Session, interrupt: Interrupt, *, superseded_by: str | None = None) -> None:
+    """``pending → expired``, conditionally: a row handled meanwhile is not handled twice."""
+    values: dict[str, Any] = {
+        "status": InterruptStatus.EXPIRED.value,
+        "resolved_at": utcnow(),
+        "resolved_by": SYSTEM_ACTOR,
+    }
+    if superseded_by is not None:
+        values["superseded_by"] = superseded_by
+    closed = session.execute(
+        update(Interrupt)
+        .where(Interrupt.id == interrupt.id, Interrupt.status == InterruptStatus.PENDING.value)
+        .values(**values)
+        .execution_options(synchronize_session=False)
+    )
+    if closed.rowcount != 1:  # type: ignore[attr-defined]
+        raise _Deferred("it was resolved meanwhile")
+    for key, value in values.items():
+        set_committed_value(interrupt, key, value)
+
+
+def _end(
+    session: Session, interrupt: Interrupt, run: Run, trigger: str, *, note: str | None = None
+) -> None:
+    """The wait is over for good: the interrupt expires, the run expires or is cancelled."""
+    _close(session, interrupt)
+    detail = _detail(interrupt)
+    if note is not None:
+        detail["note"] = note
+    repository.move(
+        session,
+        run,
+        trigger,
+        actor=SYSTEM_ACTOR,
+        detail=detail,
+        error=f"interrupt {interrupt.name!r} passed its deadline ({note or interrupt.on_expiry})",
+    )
+    _log(interrupt, trigger)
+
+
+def _escalate(
+    session: Session,
+    interrupt: Interrupt,
+    run: Run,
+    escalation: dict[str, Any],
+    now: datetime,
+) -> AfterCommit:
+    """A new pending interrupt for the escalation roles supersedes the old, which expires."""
+    columns = Interrupt.__table__.columns.keys()
+    renewed = Interrupt(
+        **{c: getattr(interrupt, c) for c in columns if c not in NOT_INHERITED},
+        id=repository.new_id(),
+        status=InterruptStatus.PENDING.value,
+        roles=list(escalation["roles"]),
+        deadline=now + timedelta(seconds=float(escalation["expires_in"])),
+        escalation_level=interrupt.escalation_level + 1,
+        supersedes=interrupt.id,
+        created_at=utcnow(),
+    )
+    _close(session, interrupt, superseded_by=renewed.id)
+    session.add(renewed)
+    session.flush()
+    repository.record_event(
+        session,
+        run.id,
+        actor=SYSTEM_ACTOR,
+        trigger="escalate",
+        detail={
+            **_detail(interrupt),
+            "new_interrupt_id": renewed.id,
+            "level": renewed.escalation_level,
+            "roles": renewed.roles,
+            "new_deadline": renewed.deadline.isoformat(),
+        },
+    )
+    _log(interrupt, "escalate")
+    flow_name, flow_version, run_id = run.flow_name, run.flow_version, run.id
+
+    def tell_notifiers() -> None:
+        try:
+            flow = get_flow(flow_name, flow_version, run_id=run_id)
+        except InterludeError as exc:
+            log.warning(
+                "escalation not notified: %s", exc, extra={"action": "notify", "run_id": run_id}
+            )
+            return
+        notify(flow, renewed)
+
+    return tell_notifiers
+
+
+def _default(session: Session, interrupt: Interrupt, run: Run) -> AfterCommit | None:
+    """Resume with the declared default input, through the gateway's own acceptance path."""
+    if lookup(interrupt.schema_name, interrupt.schema_version) is None:
+        # Fail closed: without the input model this process cannot validate the default.
+        schema = f"{interrupt.schema_name}.v{interrupt.schema_version}"
+        raise _Deferred(f"input schema {schema} is not known to this process")
+    result = resume_as_system(
+        session,
+        interrupt,
+        actor_id=SYSTEM_ACTOR,
+        input=interrupt.default_input or {},
+        reason="deadline passed",
+    )
+    if not result.accepted:
+        # The refusal is recorded; the wait still has to end, so the run expires.
+        _end(
+            session,
+            interrupt,
+            run,
+            "expire",
+            note=f"default input refused ({result.outcome.value}: {result.reason})",
+        )
+        return None
+    _log(interrupt, "default")
+    run_id = run.id
+
+    def publish_resume() -> None:
+        dispatch.publish_step(run_id, resume=True)
+
+    return publish_resume
+
+
+def _detail(interrupt: Interrupt) -> dict[str, Any]:
+    return {
+        "interrupt_id": interrupt.id,
+        "name": interrupt.name,
+        "policy": interrupt.on_expiry,
+        "deadline": interrupt.deadline.isoformat(),
+    }
+
+
+def _log(interrupt: Interrupt, action: str) -> None:
+    log.info(
+        "interrupt %s (%s) past its deadline: %s",
+        interrupt.id,
+        interrupt.name,
+        action,
+        extra={"action": f"expiry_{action}", "run_id": interrupt.run_id},
+    )
