@@ -5,15 +5,19 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
 from models.contracts import evidence_hash
 from models.enums import Decision, ExpiryPolicy, InterruptKind
+from models.db import transaction
 from models.errors import BudgetRejectedError, FlowDefinitionError
 from worker.flows import Flow
 from worker.schemas import BudgetGrant, lookup, schema_id_of
+
+if TYPE_CHECKING:
+    from worker.effects import LedgerEntry
 
 T = TypeVar("T")
 
@@ -98,10 +102,20 @@ class StepContext:
     budget_allowance: float | None
     budget_consumed: float
     resolved: Mapping[str, ResolvedInterrupt]
-    effects: dict[str, Any]
+    # The effect ledger of the run, loaded on first use (None until then).
+    effects: dict[str, LedgerEntry] | None
     resuming: bool = False
     applied_effects: list[str] = field(default_factory=list)
     counters: dict[str, int] = field(default_factory=dict)
+
+    def ledger(self) -> dict[str, LedgerEntry]:
+        """The run's effect ledger, read once per execution when a step first needs it."""
+        if self.effects is None:
+            from worker.effects import load_ledger
+
+            with transaction(readonly=True) as session:
+                self.effects = load_ledger(session, self.run_id)
+        return self.effects
 
     def count(self, name: str, by: int = 1) -> None:
         self.counters[name] = self.counters.get(name, 0) + by

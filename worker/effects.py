@@ -3,6 +3,8 @@
 A step may execute again; an effect recorded ``applied`` returns its receipt without being
 called again, and an ``intent`` whose outcome is unknown (the process died in between) is
 reconciled before the step continues, or handed to an operator as a ``repair`` interrupt.
+Every ledger write is fenced on the step's lease epoch (``ctx.epoch``), which ``fn`` may also
+pass on to systems that accept fencing tokens.
 """
 
 from __future__ import annotations
@@ -11,16 +13,19 @@ import json
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
 
 from models import repository
 from models.contracts import evidence_hash
 from models.db import transaction, utcnow
-from models.enums import EffectStatus, InterruptKind
+from models.enums import Decision, EffectStatus, InterruptKind, InterruptStatus
 from models.errors import EffectError
-from models.tables import Effect
+from models.tables import Effect, Interrupt
 from worker.schemas import RepairResolution
 
 if TYPE_CHECKING:
@@ -89,7 +94,7 @@ def perform(
     reconcile = reconcile or ctx.flow.reconcilers.get(name)
     if key in ctx.applied_effects:
         raise EffectError(run_id=ctx.run_id, name=name, detail="used twice in one execution")
-    entry = ctx.effects.get(key)
+    entry = ctx.ledger().get(key)
     if entry is not None and entry.status == EffectStatus.APPLIED:
         ctx.count("effect_skipped")
         ctx.applied_effects.append(key)
@@ -113,7 +118,12 @@ def perform(
                 run_id=ctx.run_id, name=name, detail=f"interrupted by {type(exc).__name__}"
             ) from exc
         raise
-    receipt = as_json(receipt, "the receipt", ctx, name)
+    try:
+        receipt = as_json(receipt, "the receipt", ctx, name)
+    except EffectError as exc:
+        # It happened all the same: say so, so that no later execution calls it again.
+        mark_outcome(ctx, key, EffectStatus.APPLIED, error=str(exc))
+        raise
     mark_outcome(ctx, key, EffectStatus.APPLIED, receipt=receipt)
     ctx.applied_effects.append(key)
     return receipt
@@ -129,13 +139,11 @@ def _settle_unknown(
     """Decide an intent left without an outcome: (True, receipt) if it happened, else (False,)."""
     from worker.context import Suspend, build_spec
 
-    repair = ctx.resume_value(f"repair:{name}")
+    repair = _repair_for(ctx, name, entry)
     if repair is not None:
-        if not repair.approved or not isinstance(repair.input, RepairResolution):
-            raise EffectError(run_id=ctx.run_id, name=name, detail="repair was rejected")
-        if repair.input.outcome == "applied":
+        if repair.outcome == "applied":
             ctx.count("effect_reconciled")
-            return True, as_json(repair.input.receipt, "the repair receipt", ctx, name)
+            return True, as_json(repair.receipt, "the repair receipt", ctx, name)
         return False, None
     verdict = UNKNOWN if reconcile is None else reconcile(key)
     if verdict is NOT_APPLIED:
@@ -158,37 +166,84 @@ def _settle_unknown(
     )
 
 
+def _repair_for(ctx: StepContext, name: str, entry: LedgerEntry) -> RepairResolution | None:
+    """The operator's accepted finding on this very intent, if one was given.
+
+    A finding answers for the intent it was raised on (its epoch is in the evidence): when
+    the effect was called again after a "not applied" and its outcome is unknown once more,
+    the old finding says nothing about the new call.
+    """
+    with transaction(readonly=True) as session:
+        rows = session.execute(
+            select(Interrupt.decision, Interrupt.resume_input, Interrupt.evidence).where(
+                Interrupt.run_id == ctx.run_id,
+                Interrupt.checkpoint_id == ctx.checkpoint_id,
+                Interrupt.name == f"repair:{name}",
+                Interrupt.status == InterruptStatus.RESOLVED.value,
+            )
+        ).all()
+    for decision, resume_input, evidence in rows:
+        if not isinstance(evidence, dict) or evidence.get("idempotency_key") != entry.key:
+            continue
+        if evidence.get("intent_epoch") != entry.epoch:
+            continue
+        if decision != Decision.APPROVED.value:
+            raise EffectError(run_id=ctx.run_id, name=name, detail="repair was rejected")
+        return RepairResolution.model_validate(resume_input or {})
+    return None
+
+
 def _record_intent(ctx: StepContext, name: str, key: str, request_hash: str, exists: bool) -> None:
     now = utcnow()
-    with transaction() as session:
-        repository.assert_owner(session, ctx.run_id, ctx.epoch)
-        if exists:
-            session.execute(
-                update(Effect)
-                .where(Effect.idempotency_key == key)
-                .values(
-                    status=EffectStatus.INTENT.value,
-                    epoch=ctx.epoch,
-                    request_hash=request_hash,
-                    error=None,
-                    updated_at=now,
-                )
+    try:
+        with transaction() as session:
+            repository.assert_owner(session, ctx.run_id, ctx.epoch)
+            _write_intent(session, ctx, name, key, request_hash, exists, now)
+    except IntegrityError:
+        # Only a caller-chosen key can collide: another run already used it.
+        raise EffectError(
+            run_id=ctx.run_id, name=name, detail=f"idempotency key {key!r} belongs to another run"
+        ) from None
+    ctx.ledger()[key] = LedgerEntry(key, name, EffectStatus.INTENT.value, None, ctx.epoch)
+
+
+def _write_intent(
+    session: Session,
+    ctx: StepContext,
+    name: str,
+    key: str,
+    request_hash: str,
+    exists: bool,
+    now: datetime,
+) -> None:
+    if exists:
+        session.execute(
+            update(Effect)
+            .where(Effect.idempotency_key == key, Effect.run_id == ctx.run_id)
+            .values(
+                status=EffectStatus.INTENT.value,
+                epoch=ctx.epoch,
+                request_hash=request_hash,
+                error=None,
+                updated_at=now,
             )
-        else:
-            session.add(
-                Effect(
-                    run_id=ctx.run_id,
-                    step=ctx.step,
-                    name=name,
-                    idempotency_key=key,
-                    epoch=ctx.epoch,
-                    request_hash=request_hash,
-                    status=EffectStatus.INTENT.value,
-                    created_at=now,
-                    updated_at=now,
-                )
-            )
-    ctx.effects[key] = LedgerEntry(key, name, EffectStatus.INTENT.value, None, ctx.epoch)
+        )
+        return
+    session.add(
+        Effect(
+            run_id=ctx.run_id,
+            step=ctx.step,
+            name=name,
+            idempotency_key=key,
+            epoch=ctx.epoch,
+            request_hash=request_hash,
+            status=EffectStatus.INTENT.value,
+            created_at=now,
+            updated_at=now,
+        )
+    )
+    # Flush inside the fenced transaction so that a colliding key fails here, not at commit.
+    session.flush()
 
 
 def mark_outcome(
@@ -199,11 +254,12 @@ def mark_outcome(
     receipt: Any = None,
     error: str | None = None,
 ) -> None:
+    """Record what became of an effect, fenced: a stale owner gets FencedError, writes nothing."""
     with transaction() as session:
         repository.assert_owner(session, ctx.run_id, ctx.epoch)
         session.execute(
             update(Effect)
-            .where(Effect.idempotency_key == key)
+            .where(Effect.idempotency_key == key, Effect.run_id == ctx.run_id)
             .values(
                 status=status.value,
                 receipt=receipt,
@@ -212,5 +268,6 @@ def mark_outcome(
                 updated_at=utcnow(),
             )
         )
-    name = ctx.effects[key].name if key in ctx.effects else ""
-    ctx.effects[key] = LedgerEntry(key, name, status.value, receipt, ctx.epoch)
+    ledger = ctx.ledger()
+    name = ledger[key].name if key in ledger else ""
+    ledger[key] = LedgerEntry(key, name, status.value, receipt, ctx.epoch)

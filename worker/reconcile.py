@@ -20,7 +20,7 @@ def settle_pending_effects(ctx: StepContext) -> None:
     A receipt marks it applied; NOT_APPLIED marks it failed (so the step calls it again);
     UNKNOWN, or no reconciler, leaves it for the step, which raises a ``repair`` interrupt.
     """
-    for key, entry in list(ctx.effects.items()):
+    for key, entry in list(ctx.ledger().items()):
         if entry.status != EffectStatus.INTENT:
             continue
         reconcile = ctx.flow.reconcilers.get(entry.name)

@@ -57,7 +57,7 @@ class Claimed:
     step: StepDef
     checkpoint: Checkpoint
     resolved: dict[str, ResolvedInterrupt]
-    ledger: dict[str, LedgerEntry]
+    ledger: dict[str, LedgerEntry] | None
     resuming: bool
 
 
@@ -133,8 +133,11 @@ def _claim(run_id: str, owner: str) -> Claimed | None:
                 detail={"step": step.name, "executions": run.step_executions},
             )
         checkpoint = repository.latest_checkpoint(session, run)
-        resolved = _resolved_interrupts(session, run.id, checkpoint.id)
-        ledger = load_ledger(session, run.id)
+        # A first execution at a fresh checkpoint has no answers to read yet and loads the
+        # effect ledger only if it asks for an effect: two queries saved on the hot path.
+        again = resuming or run.step_executions > 1
+        resolved = _resolved_interrupts(session, run.id, checkpoint.id) if again else {}
+        ledger = load_ledger(session, run.id) if again else None
         return Claimed(run, flow, step, checkpoint, resolved, ledger, resuming)
 
 
@@ -188,7 +191,7 @@ def _record_counters(session: Session, ctx: StepContext, actor: str) -> None:
 def _commit_suspend(claimed: Claimed, ctx: StepContext, spec: InterruptSpec, owner: str) -> None:
     run, actor = claimed.run, f"worker:{owner}"
     unrecorded = [
-        k for k, e in ctx.effects.items() if e.status == "intent" and e.epoch == ctx.epoch
+        k for k, e in (ctx.effects or {}).items() if e.status == "intent" and e.epoch == ctx.epoch
     ]
     if unrecorded:
         _commit_failure(
