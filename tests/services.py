@@ -24,7 +24,10 @@ PG_ADMIN_URL = os.environ.get(
     "INTERLUDE_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
 )
 REDIS_URL = os.environ.get("INTERLUDE_TEST_REDIS_BASE", "redis://127.0.0.1:6379")
-FLOW_MODULES = "tests.flows.engine,tests.flows.interrupts,tests.flows.effects,tests.flows.expiry"
+FLOW_MODULES = (
+    "tests.flows.engine,tests.flows.interrupts,tests.flows.effects,tests.flows.expiry,"
+    "examples.procurement,examples.deploy_gate"
+)
 TABLES = ("events", "checkpoints", "effects", "resume_attempts", "interrupts", "runs", "actors")
 
 
