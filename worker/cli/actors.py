@@ -1,0 +1,108 @@
+"""``interlude actors``: responders, their roles and their one-time credentials."""
+
+from __future__ import annotations
+
+import argparse
+
+from worker.cli.exits import OK
+from worker.cli.output import Output, timestamp
+from worker.cli.parser import Parser, Subparsers, group, verb
+
+
+def register(sub: Subparsers, common: Parser) -> None:
+    actors = group(sub, "actors", "add, list and revoke responders; set their roles")
+
+    add = verb(
+        actors, "add", _add, "add a responder and print its credential (once, only now)", common
+    )
+    add.add_argument("actor_id", metavar="ID")
+    _roles(add)
+
+    verb(actors, "list", _list, "list responders and their roles", common)
+
+    revoke = verb(actors, "revoke", _revoke, "revoke a responder's credential", common)
+    revoke.add_argument("actor_id", metavar="ID")
+
+    roles = verb(actors, "roles", _set_roles, "replace a responder's roles", common)
+    roles.add_argument("actor_id", metavar="ID")
+    _roles(roles)
+
+
+def _roles(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--role",
+        metavar="R",
+        dest="roles",
+        action="append",
+        required=True,
+        help="a role (repeat for several)",
+    )
+
+
+def _add(args: argparse.Namespace, out: Output) -> int:
+    from worker import add_actor
+
+    # The credential is stored only as a hash: this is the one place it is ever shown.
+    secret = add_actor(args.actor_id, args.roles)
+    roles = _stored_roles(args.actor_id)
+    if out.as_json:
+        out.json({"id": args.actor_id, "roles": roles, "credential": secret})
+        return OK
+    out.line(f"actor {args.actor_id} added with roles {', '.join(roles)}")
+    out.line(f"credential: {secret}")
+    out.line("Store it now: it will not be shown again. Give it to interlude resume via")
+    out.line("the INTERLUDE_ACTOR_TOKEN environment variable or its hidden prompt.")
+    return OK
+
+
+def _list(args: argparse.Namespace, out: Output) -> int:
+    from worker import list_actors
+
+    found = list_actors()
+    if out.as_json:
+        out.json(found)
+        return OK
+    out.table(
+        ["actor", "roles", "created", "status"],
+        [
+            (
+                a.id,
+                ", ".join(a.roles),
+                timestamp(a.created_at),
+                f"revoked {timestamp(a.revoked_at)}" if a.revoked_at else "active",
+            )
+            for a in found
+        ],
+        title=f"actors ({len(found)})",
+    )
+    return OK
+
+
+def _revoke(args: argparse.Namespace, out: Output) -> int:
+    from worker import revoke_actor
+
+    revoke_actor(args.actor_id)
+    if out.as_json:
+        out.json({"id": args.actor_id, "revoked": True})
+    else:
+        out.line(f"actor {args.actor_id} revoked: its credential no longer resumes anything")
+    return OK
+
+
+def _set_roles(args: argparse.Namespace, out: Output) -> int:
+    from worker import set_actor_roles
+
+    set_actor_roles(args.actor_id, args.roles)
+    roles = _stored_roles(args.actor_id)
+    if out.as_json:
+        out.json({"id": args.actor_id, "roles": roles})
+    else:
+        out.line(f"actor {args.actor_id} now holds roles {', '.join(roles)}")
+    return OK
+
+
+def _stored_roles(actor_id: str) -> list[str]:
+    """The roles as stored (trimmed, de-duplicated), not as typed."""
+    from worker import list_actors
+
+    return next((a.roles for a in list_actors() if a.id == actor_id), [])

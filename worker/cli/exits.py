@@ -1,0 +1,76 @@
+"""Exit statuses of the ``interlude`` command, and which error or resume outcome maps to which."""
+
+from __future__ import annotations
+
+from models.enums import ResumeOutcome
+from models.errors import (
+    ActorError,
+    InterludeError,
+    InterruptNotFoundError,
+    InvalidInputError,
+    InvalidTransitionError,
+    RunNotFoundError,
+    StaleStateError,
+    UnknownFlowError,
+)
+
+OK = 0
+FAILURE = 1
+BAD_INPUT = 2  # also what argparse uses for a bad command line
+NOT_FOUND = 3
+CONFLICT = 4  # the run's state does not allow it (e.g. cancelling a finished run)
+NOT_CONFIRMED = 5
+INTERRUPTED = 130
+
+# A duplicate is a success: the first attempt with that idempotency key already decided.
+RESUME_EXIT: dict[ResumeOutcome, int] = {
+    ResumeOutcome.ACCEPTED: OK,
+    ResumeOutcome.DUPLICATE: OK,
+    ResumeOutcome.MALFORMED: 10,
+    ResumeOutcome.UNAUTHENTICATED: 11,
+    ResumeOutcome.STALE: 12,
+    ResumeOutcome.EXPIRED: 13,
+    ResumeOutcome.DENIED: 14,
+    ResumeOutcome.INVALID_INPUT: 15,
+    ResumeOutcome.RENEWED_REVIEW_REQUIRED: 16,
+}
+
+EPILOG = f"""exit statuses:
+  {OK:<3} success, including a resume that was a duplicate of an earlier attempt
+  {FAILURE:<3} failure (configuration, database, a part that is not available)
+  {BAD_INPUT:<3} bad input: a bad argument, bad JSON, an invalid flow input
+  {NOT_FOUND:<3} not found: no such run, interrupt, flow or actor
+  {CONFLICT:<3} conflict: the run's state does not allow it, or the actor already exists
+  {NOT_CONFIRMED:<3} a resume was not confirmed (answer no, or no terminal and no --yes)
+""" + "".join(
+    f"  {status:<3} resume refused: {outcome.value}\n"
+    for outcome, status in RESUME_EXIT.items()
+    if status != OK
+)
+
+
+class CliError(Exception):
+    """A failure the command reports as one line on stderr, with its exit status."""
+
+    def __init__(self, message: str, status: int = BAD_INPUT) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def status_of(error: InterludeError) -> int:
+    """The exit status for an error raised by the Python API."""
+    if isinstance(error, RunNotFoundError | InterruptNotFoundError | UnknownFlowError):
+        return NOT_FOUND
+    if isinstance(error, InvalidTransitionError | StaleStateError):
+        return CONFLICT
+    if isinstance(error, ActorError):
+        # ActorError is one class for several failures; its detail says which.
+        detail = str(error.fields.get("detail", ""))
+        if detail == "no such actor":
+            return NOT_FOUND
+        if detail == "already exists":
+            return CONFLICT
+        return BAD_INPUT
+    if isinstance(error, InvalidInputError):
+        return BAD_INPUT
+    return FAILURE

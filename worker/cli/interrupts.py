@@ -1,0 +1,154 @@
+"""``interlude interrupts``: the operators' work queue and what each interrupt asks for."""
+
+from __future__ import annotations
+
+import argparse
+import uuid
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from models.contracts import RESUME_SCHEMA_VERSION, InterruptView
+from worker.cli.exits import OK
+from worker.cli.output import Output, age, jsonable, seconds_since, timestamp, until
+from worker.cli.parser import Parser, Subparsers, group, positive_int, verb
+
+DEFAULT_LIMIT = 200
+TEMPLATE_EXPIRES_IN = timedelta(hours=1)
+ACTOR_PLACEHOLDER = "<your actor id>"
+
+
+def register(sub: Subparsers, common: Parser) -> None:
+    interrupts = group(sub, "interrupts", "list and inspect interrupts (oldest first)")
+
+    listing = verb(interrupts, "list", _list, "interrupts, oldest first: the work queue", common)
+    listing.add_argument(
+        "--status", metavar="S", help="pending, resolved, expired, superseded or cancelled"
+    )
+    listing.add_argument("--kind", metavar="K", help="approval, evidence, event, repair, ...")
+    listing.add_argument("--run", metavar="RUN_ID", help="only this run's interrupts")
+    listing.add_argument("--limit", metavar="N", type=positive_int, default=DEFAULT_LIMIT)
+
+    show = verb(
+        interrupts,
+        "show",
+        _show,
+        "what an interrupt asks for, and a resume.v1 contract template to fill in",
+        common,
+    )
+    show.add_argument("interrupt_id", metavar="INTERRUPT_ID")
+
+
+def contract(
+    interrupt: InterruptView,
+    *,
+    actor_id: str,
+    actor_type: str = "human",
+    decision: str = "approved",
+    input: dict[str, Any] | None = None,
+    idempotency_key: str | None = None,
+    expires_in: timedelta = TEMPLATE_EXPIRES_IN,
+) -> dict[str, Any]:
+    """A ``resume.v1`` contract bound to what ``interrupt`` shows: checkpoint, scope, evidence."""
+    if input is None:
+        # A renewed review keeps the input given before; otherwise start from the default.
+        input = interrupt.previous_input or interrupt.default_input or {}
+    return {
+        "schema_version": RESUME_SCHEMA_VERSION,
+        "run_id": interrupt.run_id,
+        "checkpoint_id": interrupt.checkpoint_id,
+        "interrupt_id": interrupt.id,
+        "actor": {"type": actor_type, "id": actor_id},
+        "decision": decision,
+        "input": input,
+        "scope": interrupt.scope,
+        "evidence_hash": interrupt.evidence_hash,
+        "idempotency_key": idempotency_key or new_key(interrupt.id),
+        "expires_at": (datetime.now(UTC) + expires_in).isoformat(),
+    }
+
+
+def new_key(interrupt_id: str) -> str:
+    return f"cli-{interrupt_id[:12]}-{uuid.uuid4().hex[:12]}"
+
+
+def _list(args: argparse.Namespace, out: Output) -> int:
+    from worker import list_interrupts
+
+    found = list_interrupts(run_id=args.run, status=args.status, kind=args.kind, limit=args.limit)
+    if out.as_json:
+        out.json(
+            [
+                {
+                    **jsonable(i),
+                    "waiting_seconds": round(seconds_since(i.created_at), 3)
+                    if i.status == "pending"
+                    else None,
+                }
+                for i in found
+            ]
+        )
+        return OK
+    out.table(
+        ["interrupt", "run", "kind", "name", "status", "age", "deadline", "roles"],
+        [
+            (
+                i.id,
+                i.run_id,
+                i.kind,
+                i.name,
+                i.status,
+                f"waiting {age(i.created_at)}"
+                if i.status == "pending"
+                else f"{age(i.created_at)} old",
+                until(i.deadline) if i.status == "pending" else timestamp(i.deadline),
+                ", ".join(i.roles),
+            )
+            for i in found
+        ],
+        title=f"interrupts ({len(found)})",
+    )
+    return OK
+
+
+def _show(args: argparse.Namespace, out: Output) -> int:
+    from worker import get_interrupt
+
+    interrupt = get_interrupt(args.interrupt_id)
+    template = contract(interrupt, actor_id=ACTOR_PLACEHOLDER)
+    if out.as_json:
+        out.json({"interrupt": interrupt, "template": template})
+        return OK
+    status = interrupt.status
+    if status == "pending":
+        status += f", waiting {age(interrupt.created_at)}"
+    out.pairs(
+        [
+            ("interrupt", interrupt.id),
+            ("run", interrupt.run_id),
+            ("kind", f"{interrupt.kind} ({interrupt.name!r} in step {interrupt.step})"),
+            ("status", status),
+            ("reason", interrupt.reason or "-"),
+            ("roles", ", ".join(interrupt.roles)),
+            ("separate from starter", "yes" if interrupt.separate_from_starter else "no"),
+            ("input schema", interrupt.schema_id),
+            ("checkpoint", interrupt.checkpoint_id),
+            ("evidence hash", interrupt.evidence_hash),
+            ("deadline", f"{timestamp(interrupt.deadline)} ({until(interrupt.deadline)})"),
+            ("on expiry", interrupt.on_expiry),
+            ("decision", interrupt.decision or "-"),
+            ("resolved by", interrupt.resolved_by or "-"),
+            ("supersedes", interrupt.supersedes or "-"),
+            ("superseded by", interrupt.superseded_by or "-"),
+        ]
+    )
+    out.block("scope", interrupt.scope)
+    out.block("evidence", interrupt.evidence)
+    out.block("required input (JSON Schema)", interrupt.json_schema)
+    if interrupt.previous_input is not None:
+        out.block("input given before the evidence changed", interrupt.previous_input)
+    out.block("resume contract template (resume.v1)", template)
+    out.line(
+        f"resume with: interlude resume {interrupt.id} --actor ID --decision approved "
+        "--input '{...}'   (or fill in the template: interlude resume --contract FILE)"
+    )
+    return OK

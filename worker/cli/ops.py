@@ -1,0 +1,133 @@
+"""Operations: ``db upgrade``, ``sweep``, ``reap``, ``stats``, ``metrics`` and ``demo``.
+
+Sweeps, the reaper, statistics and the demo live in their own modules; they are imported
+only when their verb runs, so ``--help`` and the other verbs never depend on them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+from collections.abc import Callable
+from typing import Any
+
+from worker.cli.exits import FAILURE, OK, CliError
+from worker.cli.output import Output, compact, flatten, format_age, jsonable, note
+from worker.cli.parser import Parser, Subparsers, group, verb
+
+MAX_PORT = 65535
+
+
+def register(sub: Subparsers, common: Parser) -> None:
+    db = group(sub, "db", "the database schema")
+    verb(db, "upgrade", _upgrade, "migrate the database to the newest schema", common)
+    verb(sub, "sweep", _sweep, "apply the expiry policy of every due interrupt, once", common)
+    verb(sub, "reap", _reap, "requeue runs of dead workers and republish lost dispatches", common)
+    verb(sub, "stats", _stats, "waiting runs, resume outcomes and repeated work", common)
+    metrics = verb(sub, "metrics", _metrics, "serve the statistics as Prometheus metrics (blocks)")
+    metrics.add_argument("--port", metavar="P", type=_port, required=True)
+    verb(
+        sub,
+        "demo",
+        _demo,
+        "run the procurement story end to end on the embedded default and narrate it",
+    )
+
+
+def _port(text: str) -> int:
+    if not text.isdigit() or not 0 < int(text) <= MAX_PORT:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port (1 to {MAX_PORT})")
+    return int(text)
+
+
+def _upgrade(args: argparse.Namespace, out: Output) -> int:
+    from sqlalchemy.engine import make_url
+
+    from models.migrate import current_head, upgrade
+    from models.settings import get_settings
+
+    upgrade()
+    head = current_head()
+    # The URL may hold a password.
+    where = make_url(get_settings().database_url).render_as_string(hide_password=True)
+    if out.as_json:
+        out.json({"revision": head, "database": where})
+    else:
+        out.line(f"database {where} is at revision {head}")
+    return OK
+
+
+def _sweep(args: argparse.Namespace, out: Output) -> int:
+    result = _call("worker.sweeps", "sweep_expired", "sweep")
+    _result(out, "handled", result, "expired interrupts handled")
+    return OK
+
+
+def _reap(args: argparse.Namespace, out: Output) -> int:
+    result = _call("worker.reaper", "reap", "reap")
+    _result(out, "handled", result, "runs requeued or republished")
+    return OK
+
+
+def _stats(args: argparse.Namespace, out: Output) -> int:
+    stats = _call("worker.stats", "collect_stats", "stats")
+    data = jsonable(stats)
+    if out.as_json:
+        out.json(data)
+        return OK
+    # Rendered generically: the statistics' fields belong to worker.stats.
+    out.table(["figure", "value"], [(k, _figure(k, v)) for k, v in flatten(data)], title="stats")
+    return OK
+
+
+def _metrics(args: argparse.Namespace, out: Output) -> int:
+    serve = _function("worker.stats", "serve_metrics", "metrics")
+    note(f"serving Prometheus metrics on http://0.0.0.0:{args.port}/metrics (Ctrl-C stops)")
+    try:
+        serve(args.port)
+    except OSError as exc:
+        raise CliError(
+            f"cannot serve on port {args.port}: {exc.strerror or exc}", FAILURE
+        ) from None
+    return OK
+
+
+def _demo(args: argparse.Namespace, out: Output) -> int:
+    status = _call("worker.demo", "run_demo", "demo")
+    return int(status) if isinstance(status, int) else OK
+
+
+def _function(module: str, name: str, verb_name: str) -> Callable[..., Any]:
+    try:
+        found: Callable[..., Any] = getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError) as exc:
+        raise CliError(
+            f"interlude {verb_name} is not available in this installation ({exc})", FAILURE
+        ) from None
+    return found
+
+
+def _call(module: str, name: str, verb_name: str) -> Any:
+    function = _function(module, name, verb_name)
+    try:
+        return function()
+    except NotImplementedError as exc:
+        raise CliError(f"interlude {verb_name} is not available yet: {exc}", FAILURE) from None
+
+
+def _result(out: Output, key: str, result: Any, label: str) -> None:
+    """An int is a count; anything richer (a model, a mapping) is shown field by field."""
+    data = jsonable(result)
+    if out.as_json:
+        out.json({key: data} if not isinstance(data, dict) else data)
+    elif isinstance(data, dict):
+        out.table(["figure", "value"], [(k, _figure(k, v)) for k, v in flatten(data)])
+    else:
+        out.line(f"{data} {label}")
+
+
+def _figure(key: str, value: Any) -> str:
+    # Ages are easier to read as 3h12m than as 11520.0 seconds.
+    if isinstance(value, int | float) and not isinstance(value, bool) and "age" in key:
+        return format_age(value)
+    return compact(value) if not isinstance(value, str) else value

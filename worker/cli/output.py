@@ -1,0 +1,168 @@
+"""How the command prints: JSON for scripts, aligned tables and ages for people."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from pydantic import BaseModel
+from rich import box
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+# Piped human output is not wrapped at 80 columns: ids would be folded in half.
+PIPE_WIDTH = 200
+COMPACT_LIMIT = 80
+PAIR_LIMIT = 160
+
+
+def format_age(seconds: float) -> str:
+    """``45s``, ``4m05s``, ``3h12m``, ``2d04h``: two units at most, for people."""
+    total = max(0, int(seconds))
+    if total < 60:
+        return f"{total}s"
+    minutes, secs = divmod(total, 60)
+    if minutes < 60:
+        return f"{minutes}m{secs:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    if hours < 24:
+        return f"{hours}h{minutes:02d}m"
+    days, hours = divmod(hours, 24)
+    return f"{days}d{hours:02d}h"
+
+
+def aware(moment: datetime) -> datetime:
+    # SQLite hands back naive datetimes; interlude stores every time in UTC.
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+
+
+def seconds_since(moment: datetime, now: datetime | None = None) -> float:
+    return ((now or datetime.now(UTC)) - aware(moment)).total_seconds()
+
+
+def age(moment: datetime, now: datetime | None = None) -> str:
+    return format_age(seconds_since(moment, now))
+
+
+def until(moment: datetime, now: datetime | None = None) -> str:
+    """``in 59m00s`` for a deadline ahead, ``overdue 3m10s`` for one that passed."""
+    left = -seconds_since(moment, now)
+    return f"in {format_age(left)}" if left >= 0 else f"overdue {format_age(-left)}"
+
+
+def timestamp(moment: datetime | None, *, precise: bool = False) -> str:
+    """UTC, to the second (or the millisecond, for timelines)."""
+    if moment is None:
+        return "-"
+    text = aware(moment).astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S.%f")
+    return text[:-3] if precise else text[:-7]
+
+
+def compact(value: Any, limit: int = COMPACT_LIMIT) -> str:
+    """One-line JSON of ``value``, cut at ``limit`` characters."""
+    if value is None:
+        return "-"
+    text = value if isinstance(value, str) else json.dumps(jsonable(value), default=str)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def jsonable(value: Any) -> Any:
+    """Pydantic models and containers of them as plain JSON values."""
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json")
+    if isinstance(value, Mapping):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [jsonable(v) for v in value]
+    if isinstance(value, datetime):
+        return aware(value).isoformat()
+    return value
+
+
+def flatten(value: Any, prefix: str = "") -> list[tuple[str, Any]]:
+    """Nested mappings as dotted keys: how a result of unknown shape becomes a table."""
+    if isinstance(value, Mapping):
+        pairs: list[tuple[str, Any]] = []
+        for key, item in value.items():
+            pairs += flatten(item, f"{prefix}.{key}" if prefix else str(key))
+        if pairs or not prefix:
+            return pairs
+    return [(prefix or "value", value)]
+
+
+def one_line(message: str) -> str:
+    return " ".join(str(message).split())
+
+
+class Output:
+    """Where a verb writes: JSON alone on stdout with ``--json``, rich tables otherwise."""
+
+    def __init__(self, as_json: bool = False) -> None:
+        self.as_json = as_json
+        width = None if sys.stdout.isatty() else PIPE_WIDTH
+        self.console = Console(
+            file=sys.stdout, width=width, highlight=False, markup=False, emoji=False
+        )
+
+    def json(self, data: Any) -> None:
+        sys.stdout.write(json.dumps(jsonable(data), indent=2, default=str) + "\n")
+        sys.stdout.flush()
+
+    def line(self, text: str = "") -> None:
+        self.render(Text(text))
+
+    def table(
+        self, columns: Sequence[str], rows: Iterable[Sequence[Any]], title: str | None = None
+    ) -> None:
+        table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
+        for column in columns:
+            table.add_column(column, overflow="fold")
+        for row in rows:
+            table.add_row(*(Text(str(cell)) for cell in row))
+        if title is not None:
+            self.line(title)
+        if table.row_count == 0:
+            self.line("  none")
+            return
+        self.render(table)
+
+    def pairs(self, rows: Iterable[tuple[str, Any]]) -> None:
+        """Aligned ``key  value`` lines without a header."""
+        table = Table(box=None, show_header=False, pad_edge=False)
+        table.add_column("key")
+        table.add_column("value", overflow="fold")
+        for key, value in rows:
+            shown = value if isinstance(value, str) else compact(value, PAIR_LIMIT)
+            table.add_row(Text(key), Text(shown))
+        self.render(table)
+
+    def render(self, renderable: Any) -> None:
+        # Rich pads every line to the table's width; trailing blanks only get in the way.
+        with self.console.capture() as captured:
+            self.console.print(renderable)
+        for line in captured.get().splitlines():
+            sys.stdout.write(line.rstrip() + "\n")
+        sys.stdout.flush()
+
+    def block(self, title: str, data: Any) -> None:
+        """A heading and pretty JSON under it (schemas, evidence, templates)."""
+        self.line(f"{title}:")
+        text = json.dumps(jsonable(data), indent=2, default=str, ensure_ascii=False)
+        for line in text.splitlines():
+            self.line(f"  {line}")
+
+
+def error(message: str) -> None:
+    """The one line a failure prints on stderr."""
+    sys.stderr.write(f"interlude: error: {one_line(message)}\n")
+    sys.stderr.flush()
+
+
+def note(message: str) -> None:
+    """A message for the person at the terminal that must stay off a ``--json`` stdout."""
+    sys.stderr.write(one_line(message) + "\n")
+    sys.stderr.flush()

@@ -1,0 +1,149 @@
+"""``interlude resume``: build (or read) a resume.v1 contract, confirm it, submit it once."""
+
+from __future__ import annotations
+
+import argparse
+from datetime import timedelta
+from typing import Any
+
+from models.contracts import ResumeResult
+from models.enums import ResumeOutcome
+from worker.cli.exits import BAD_INPUT, RESUME_EXIT, CliError
+from worker.cli.inputs import TOKEN_ENV, confirm, credential, parse_json, parse_object
+from worker.cli.interrupts import contract
+from worker.cli.output import Output, compact, error, note
+from worker.cli.parser import Parser, Subparsers, positive_float, verb
+
+DEFAULT_EXPIRES_IN = 900.0
+_BUILD_ONLY = ("actor", "decision", "input", "idempotency_key")
+
+
+def register(sub: Subparsers, common: Parser) -> None:
+    parser = verb(
+        sub,
+        "resume",
+        _resume,
+        "release an interrupt with a resume.v1 contract",
+        common,
+        description=(
+            "Release an interrupt. Either name the interrupt and the decision (the contract is "
+            "bound to the checkpoint, scope and evidence hash the interrupt shows), or submit a "
+            f"filled-in contract with --contract FILE. The credential comes from {TOKEN_ENV} "
+            "or a hidden prompt, never from an argument."
+        ),
+    )
+    parser.add_argument("interrupt_id", metavar="INTERRUPT_ID", nargs="?")
+    parser.add_argument("--actor", metavar="A", help="your actor id")
+    parser.add_argument("--decision", choices=["approved", "rejected"])
+    parser.add_argument("--input", metavar="JSON|@FILE", help="the input the interrupt asks for")
+    parser.add_argument("--idempotency-key", metavar="K", help="retry safely with the same key")
+    parser.add_argument("--actor-type", choices=["human", "service"], default="human")
+    parser.add_argument(
+        "--expires-in",
+        metavar="SECONDS",
+        type=positive_float,
+        default=DEFAULT_EXPIRES_IN,
+        help=f"how long the contract stays valid (default {DEFAULT_EXPIRES_IN:g})",
+    )
+    parser.add_argument("--contract", metavar="FILE", help="submit this contract file instead")
+    parser.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+
+
+def _resume(args: argparse.Namespace, out: Output) -> int:
+    from worker import submit_resume
+
+    payload = _from_file(args) if args.contract else _built(args)
+    summary = _summary(payload)
+    if out.as_json:
+        if not args.yes:
+            for line in summary:
+                note(line)
+    else:
+        for line in summary:
+            out.line(line)
+    confirm("Submit this resume?", assume_yes=args.yes)
+    actor = payload.get("actor") if isinstance(payload, dict) else None
+    token = credential(actor.get("id") if isinstance(actor, dict) else None)
+    result = submit_resume(payload, token)
+    return _report(result, payload, out)
+
+
+def _from_file(args: argparse.Namespace) -> Any:
+    given = [f"--{name.replace('_', '-')}" for name in _BUILD_ONLY if getattr(args, name)]
+    if args.interrupt_id:
+        given.insert(0, "INTERRUPT_ID")
+    if given:
+        raise CliError(f"--contract cannot be combined with {', '.join(given)}", BAD_INPUT)
+    return parse_json(f"@{args.contract}", "--contract")
+
+
+def _built(args: argparse.Namespace) -> dict[str, Any]:
+    from worker import get_interrupt
+
+    missing = [
+        label
+        for label, value in (
+            ("INTERRUPT_ID", args.interrupt_id),
+            ("--actor", args.actor),
+            ("--decision", args.decision),
+        )
+        if not value
+    ]
+    if missing:
+        raise CliError(
+            f"resume needs {', '.join(missing)} (or --contract FILE); see interlude resume --help",
+            BAD_INPUT,
+        )
+    value = parse_object(args.input, "--input")
+    interrupt = get_interrupt(args.interrupt_id)
+    return contract(
+        interrupt,
+        actor_id=args.actor,
+        actor_type=args.actor_type,
+        decision=args.decision,
+        input=value,
+        idempotency_key=args.idempotency_key,
+        expires_in=timedelta(seconds=args.expires_in),
+    )
+
+
+def _summary(payload: Any) -> list[str]:
+    """What the contract releases, read from the contract itself (it may be malformed)."""
+    if not isinstance(payload, dict):
+        return [f"contract: {compact(payload)} (not a JSON object)"]
+    actor = payload.get("actor")
+    who = (
+        f"{actor.get('type', '?')}:{actor.get('id', '?')}"
+        if isinstance(actor, dict)
+        else compact(actor)
+    )
+    lines = [
+        f"release interrupt {payload.get('interrupt_id', '?')} of run "
+        f"{payload.get('run_id', '?')} at checkpoint {payload.get('checkpoint_id', '?')}",
+        f"  decision {payload.get('decision', '?')} by {who}",
+        f"  input {compact(payload.get('input', {}))}",
+        f"  scope {compact(payload.get('scope'))}",
+        f"  evidence hash {payload.get('evidence_hash', '?')}",
+        f"  idempotency key {payload.get('idempotency_key', '?')}, "
+        f"contract expires {payload.get('expires_at', '?')}",
+    ]
+    return lines
+
+
+def _report(result: ResumeResult, payload: Any, out: Output) -> int:
+    status = RESUME_EXIT[result.outcome]
+    if out.as_json:
+        out.json({**result.model_dump(mode="json"), "exit_status": status, "contract": payload})
+    elif result.outcome is ResumeOutcome.ACCEPTED:
+        out.line(
+            f"accepted (attempt {result.attempt_id}): {result.reason}; run {result.run_id} "
+            "continues"
+        )
+    elif result.outcome is ResumeOutcome.DUPLICATE:
+        out.line(f"{result.reason}: nothing changed (attempt {result.attempt_id})")
+    if status != 0:
+        message = f"resume refused ({result.outcome.value}): {result.reason}"
+        if result.new_interrupt_id:
+            message += f"; review interrupt {result.new_interrupt_id} instead"
+        error(message)
+    return status
