@@ -13,7 +13,7 @@ from sqlalchemy.orm import Session
 
 from models import repository
 from models.contracts import CheckpointView, EffectView, EventView, RunSummary, RunView
-from models.db import transaction, utcnow
+from models.db import is_postgresql, transaction, utcnow
 from models.enums import InterruptStatus, RunState
 from models.errors import InvalidInputError, InvalidTransitionError, StaleStateError
 from models.tables import Checkpoint, Effect, Event, Interrupt, Run
@@ -180,6 +180,8 @@ def pause_run(run_id: str, *, actor: str) -> None:
 
 def cancel_run(run_id: str, *, actor: str, reason: str = "") -> None:
     """Cancel a run: close its pending interrupts and fence any step still in flight."""
+    if not isinstance(actor, str) or not 0 < len(actor) <= MAX_KEY:
+        raise InvalidInputError(detail=f"cancel needs an actor of 1 to {MAX_KEY} characters")
     for _ in range(CANCEL_ATTEMPTS):
         try:
             with transaction() as session:
@@ -193,14 +195,18 @@ def cancel_run(run_id: str, *, actor: str, reason: str = "") -> None:
 def _cancel(session: Session, run_id: str, actor: str, reason: str) -> None:
     run = repository.load_run(session, run_id)
     destination("cancel", run.state, run_id=run_id)
+    pending = select(Interrupt).where(
+        Interrupt.run_id == run_id, Interrupt.status == InterruptStatus.PENDING.value
+    )
+    if is_postgresql():
+        # Interrupt rows before the run row, in the order the gateway and the sweep take them:
+        # the opposite order deadlocks with a resume or a sweep of the same run.
+        pending = pending.with_for_update()
+    interrupts = list(session.execute(pending).scalars())
     repository.move(
         session, run, "cancel", actor=actor, detail={"reason": reason}, error=reason or None
     )
-    for interrupt in session.execute(
-        select(Interrupt).where(
-            Interrupt.run_id == run_id, Interrupt.status == InterruptStatus.PENDING.value
-        )
-    ).scalars():
+    for interrupt in interrupts:
         interrupt.status = InterruptStatus.CANCELLED.value
         interrupt.resolved_at = utcnow()
         interrupt.resolved_by = actor

@@ -1,0 +1,148 @@
+"""Cancelling runs: waiting, in flight, queued, and finished (which must change nothing)."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from datetime import timedelta
+
+import pytest
+import redis
+
+from models import repository
+from models.db import transaction, utcnow
+from models.errors import InvalidInputError, InvalidTransitionError, RunNotFoundError
+from tests.services import WorkerProcess, wait_for
+from worker import add_actor, cancel_run, enqueue_run, get_interrupt, get_run, submit_resume
+from worker.interrupts import list_resume_attempts
+from worker.runs import list_checkpoints, list_effects, list_events
+from worker.runtime import execute
+from worker.sweeps import sweep_expired
+
+
+def _redis() -> redis.Redis:
+    return redis.Redis.from_url(os.environ["INTERLUDE_TEST_REDIS"])
+
+
+def test_cancel_closes_pending_interrupts(db: str, shared_worker: WorkerProcess) -> None:
+    # Given a run waiting on an approval
+    credential = add_actor("alice", ["approver"])
+    run_id = enqueue_run("expiring", {"policy": "expire", "expires_in": 3600})
+    wait_for(lambda: get_run(run_id).state == "waiting", timeout=30)
+    (interrupt,) = get_run(run_id).pending_interrupts
+    # When an operator cancels it
+    cancel_run(run_id, actor="ops:carol", reason="customer withdrew")
+    # Then the run is cancelled and its interrupt closed by the operator
+    run = get_run(run_id)
+    assert (run.state, run.error, run.pending_interrupts) == (
+        "cancelled",
+        "customer withdrew",
+        [],
+    )
+    closed = get_interrupt(interrupt.id)
+    assert (closed.status, closed.resolved_by) == ("cancelled", "ops:carol")
+    last = list_events(run_id)[-1]
+    assert (last.trigger, last.actor, last.from_state, last.to_state) == (
+        "cancel",
+        "ops:carol",
+        "waiting",
+        "cancelled",
+    )
+    assert last.detail == {"reason": "customer withdrew"}
+    # And a resume of the closed interrupt is refused as stale and recorded
+    contract = {
+        "schema_version": "resume.v1",
+        "run_id": run_id,
+        "checkpoint_id": interrupt.checkpoint_id,
+        "interrupt_id": interrupt.id,
+        "actor": {"type": "human", "id": "alice"},
+        "decision": "approved",
+        "input": {"choice": "too late"},
+        "scope": interrupt.scope,
+        "evidence_hash": interrupt.evidence_hash,
+        "idempotency_key": uuid.uuid4().hex,
+        "expires_at": (utcnow() + timedelta(minutes=5)).isoformat(),
+    }
+    result = submit_resume(contract, credential)
+    assert result.outcome == "stale" and "interrupt is cancelled" in result.reason
+    assert [a.outcome for a in list_resume_attempts(interrupt_id=interrupt.id)] == ["stale"]
+    # And the sweep has nothing left to do with it
+    assert sweep_expired(now=utcnow() + timedelta(days=2)) == 0
+
+
+@pytest.mark.parametrize("with_effect", [False, True], ids=["commit", "effect"])
+def test_a_step_in_flight_when_cancelled_cannot_commit(
+    db: str, shared_worker: WorkerProcess, with_effect: bool
+) -> None:
+    # Given a step that is running and holding its lease
+    r = _redis()
+    run_id = enqueue_run("held", {"effect": with_effect})
+    wait_for(lambda: r.exists(f"held:started:{run_id}"), timeout=30)
+    assert get_run(run_id).state == "running"
+    # When the run is cancelled and the step then carries on
+    cancel_run(run_id, actor="ops:carol", reason="stop")
+    r.set(f"held:release:{run_id}", 1)
+    # Then the worker discards what the step produced
+    wait_for(
+        lambda: any(
+            "step result discarded" in line and run_id in line
+            for line in shared_worker.output().splitlines()
+        ),
+        timeout=30,
+    )
+    run = get_run(run_id)
+    assert (run.state, run.output, run.flow_state) == ("cancelled", None, {})
+    assert [c.seq for c in list_checkpoints(run_id)] == [0]
+    # And the effect it tried after the cancel was never called nor recorded
+    assert r.get(f"held:charged:{run_id}") is None
+    assert list_effects(run_id) == []
+    transitions = [(e.trigger, e.to_state) for e in list_events(run_id) if e.to_state]
+    assert transitions == [("enqueue", "queued"), ("claim", "running"), ("cancel", "cancelled")]
+
+
+def test_a_cancelled_queued_run_is_never_claimed(db: str) -> None:
+    # Given a queued run whose task has not been picked up yet
+    with transaction() as session:
+        run_id = repository.insert_run(
+            session,
+            flow_name="quick",
+            flow_version=1,
+            input={},
+            first_step="only",
+            idempotency_key=None,
+            started_by="app",
+            budget=None,
+        ).id
+    cancel_run(run_id, actor="ops:carol")
+    # When its task is delivered after all
+    execute(run_id)
+    # Then nothing runs
+    run = get_run(run_id)
+    assert (run.state, run.error) == ("cancelled", None)
+    assert [e.trigger for e in list_events(run_id)] == ["enqueue", "cancel"]
+
+
+def test_cancelling_a_finished_run_is_a_one_line_error_that_changes_nothing(
+    db: str, shared_worker: WorkerProcess
+) -> None:
+    run_id = enqueue_run("quick")
+    wait_for(lambda: get_run(run_id).state == "succeeded", timeout=30)
+    before, events = get_run(run_id), list_events(run_id)
+    with pytest.raises(InvalidTransitionError) as error:
+        cancel_run(run_id, actor="ops:carol", reason="too late")
+    assert str(error.value) == f"run {run_id}: cannot cancel from succeeded"
+    with pytest.raises(InvalidInputError, match="cancel needs an actor"):
+        cancel_run(run_id, actor="")
+    with pytest.raises(RunNotFoundError, match="no run nope"):
+        cancel_run("nope", actor="ops:carol")
+    assert get_run(run_id) == before
+    assert list_events(run_id) == events
+
+
+def test_cancelling_twice_is_refused_the_second_time(db: str, shared_worker: WorkerProcess) -> None:
+    run_id = enqueue_run("expiring", {"policy": "expire", "expires_in": 3600})
+    wait_for(lambda: get_run(run_id).state == "waiting", timeout=30)
+    cancel_run(run_id, actor="ops:carol")
+    with pytest.raises(InvalidTransitionError, match="cannot cancel from cancelled"):
+        cancel_run(run_id, actor="ops:dave")
+    assert [e.actor for e in list_events(run_id) if e.trigger == "cancel"] == ["ops:carol"]

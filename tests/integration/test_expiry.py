@@ -1,0 +1,258 @@
+"""Expiry policies applied by the sweep (called here in-process) with a real worker and Redis."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from datetime import timedelta
+from typing import Any
+
+import redis
+from sqlalchemy import select, update
+
+from models.contracts import InterruptView
+from models.db import transaction, utcnow
+from models.tables import Event, Interrupt
+from tests.flows.expiry import NOTIFIED
+from tests.services import WorkerProcess, wait_for
+from worker import (
+    add_actor,
+    enqueue_run,
+    get_interrupt,
+    get_run,
+    list_interrupts,
+    list_resume_attempts,
+    submit_resume,
+)
+from worker.runs import list_events
+from worker.sweeps import sweep_expired
+
+SYSTEM = "system:expiry"
+
+
+def _waiting(policy: str, expires_in: float = 1.0, **extra: Any) -> tuple[str, InterruptView]:
+    """A run of the ``expiring`` flow, run by the real worker until it waits."""
+    run_id = enqueue_run("expiring", {"policy": policy, "expires_in": expires_in, **extra})
+    wait_for(lambda: get_run(run_id).state == "waiting", timeout=30)
+    (interrupt,) = get_run(run_id).pending_interrupts
+    return run_id, interrupt
+
+
+def _sweep_until(count: int) -> int:
+    """Sweep (as beat would) until ``count`` interrupts were handled by one sweep."""
+    handled: list[int] = []
+
+    def swept() -> bool:
+        handled.append(sweep_expired())
+        return handled[-1] >= count
+
+    wait_for(swept, timeout=15, interval=0.2)
+    return handled[-1]
+
+
+def _contract(interrupt: InterruptView, actor: str, **overrides: Any) -> dict[str, Any]:
+    return {
+        "schema_version": "resume.v1",
+        "run_id": interrupt.run_id,
+        "checkpoint_id": interrupt.checkpoint_id,
+        "interrupt_id": interrupt.id,
+        "actor": {"type": "human", "id": actor},
+        "decision": "approved",
+        "input": {"choice": f"picked by {actor}"},
+        "scope": interrupt.scope,
+        "evidence_hash": interrupt.evidence_hash,
+        "idempotency_key": uuid.uuid4().hex,
+        "expires_at": (utcnow() + timedelta(minutes=5)).isoformat(),
+        **overrides,
+    }
+
+
+def _transitions(run_id: str) -> list[tuple[str, str, str | None]]:
+    return [(e.trigger, e.actor, e.to_state) for e in list_events(run_id) if e.to_state]
+
+
+def _finished(run_id: str) -> bool:
+    return get_run(run_id).state in {"succeeded", "failed", "cancelled", "expired"}
+
+
+def test_expire_policy_ends_the_run_and_a_late_resume_is_refused(
+    db: str, shared_worker: WorkerProcess
+) -> None:
+    # Given a run waiting on an interrupt with a one-second deadline and the expire policy
+    credential = add_actor("alice", ["approver"])
+    run_id, interrupt = _waiting("expire")
+    # When the deadline passes but no sweep has run yet, a resume is refused as expired
+    wait_for(lambda: utcnow() > interrupt.deadline)
+    early = submit_resume(_contract(interrupt, "alice"), credential)
+    assert early.outcome == "expired", early.reason
+    # When the sweep runs
+    assert _sweep_until(1) == 1
+    # Then the interrupt and the run are expired, by system:expiry
+    expired = get_interrupt(interrupt.id)
+    assert (expired.status, expired.resolved_by) == ("expired", SYSTEM)
+    run = get_run(run_id)
+    assert run.state == "expired"
+    assert run.error is not None and "'choose' passed its deadline" in run.error
+    assert _transitions(run_id)[-1] == ("expire", SYSTEM, "expired")
+    # And a resume arriving after the sweep is refused as stale, and recorded
+    late = submit_resume(_contract(interrupt, "alice"), credential)
+    assert late.outcome == "stale" and "interrupt is expired" in late.reason
+    outcomes = [a.outcome for a in list_resume_attempts(interrupt_id=interrupt.id)]
+    assert outcomes == ["expired", "stale"]
+    # And nothing more is due
+    assert sweep_expired(now=utcnow() + timedelta(days=30)) == 0
+
+
+def test_cancel_policy_cancels_the_run(db: str, shared_worker: WorkerProcess) -> None:
+    run_id, interrupt = _waiting("cancel")
+    assert _sweep_until(1) == 1
+    assert get_interrupt(interrupt.id).status == "expired"
+    assert get_run(run_id).state == "cancelled"
+    assert _transitions(run_id)[-1] == ("cancel", SYSTEM, "cancelled")
+
+
+def test_escalate_policy_hands_the_wait_to_the_escalation_roles(
+    db: str, shared_worker: WorkerProcess
+) -> None:
+    notified = redis.Redis.from_url(os.environ["INTERLUDE_TEST_REDIS"])
+    alice = add_actor("alice", ["approver"])
+    boss = add_actor("boss", ["manager"])
+    run_id, interrupt = _waiting("escalate", escalation_expires_in=3600)
+    # When the deadline passes and the sweep runs
+    assert _sweep_until(1) == 1
+    # Then a new interrupt for the manager role supersedes the old one, which expired
+    old = get_interrupt(interrupt.id)
+    assert (old.status, old.resolved_by) == ("expired", SYSTEM)
+    assert old.superseded_by is not None
+    new = get_interrupt(old.superseded_by)
+    assert (new.status, new.roles, new.escalation_level) == ("pending", ["manager"], 1)
+    assert new.supersedes == old.id
+    assert (new.checkpoint_id, new.state_version) == (old.checkpoint_id, old.state_version)
+    assert (new.evidence_hash, new.scope, new.schema_name) == (
+        old.evidence_hash,
+        old.scope,
+        old.schema_name,
+    )
+    assert new.deadline > utcnow() + timedelta(minutes=50)
+    assert get_run(run_id).state == "waiting"
+    escalations = [e for e in list_events(run_id) if e.trigger == "escalate"]
+    assert [(e.actor, e.detail["new_interrupt_id"]) for e in escalations] == [(SYSTEM, new.id)]
+    # And the flow's notifiers heard about the escalated interrupt
+    heard = [n.decode() for n in notified.lrange(NOTIFIED, 0, -1)]
+    assert f"{run_id}:{new.id}:1:manager" in heard
+    # And only the escalation role may answer it now
+    denied = submit_resume(_contract(new, "alice"), alice)
+    assert denied.outcome == "denied", denied.reason
+    accepted = submit_resume(_contract(new, "boss"), boss)
+    assert accepted.outcome == "accepted", accepted.reason
+    wait_for(lambda: _finished(run_id), timeout=30)
+    run = get_run(run_id)
+    assert run.state == "succeeded", run.error
+    assert run.output["choice"] == "picked by boss"
+
+
+def test_escalation_limit_ends_in_expire(db: str, shared_worker: WorkerProcess) -> None:
+    # Given an interrupt that may be escalated twice, each time for half a second
+    run_id, interrupt = _waiting("escalate", escalation_expires_in=0.5, max_escalations=2)
+    # When three sweeps find it due in turn
+    for _ in range(3):
+        _sweep_until(1)
+    # Then it was escalated twice and then expired, and the run with it
+    chain = list_interrupts(run_id=run_id)
+    assert [(i.escalation_level, i.status) for i in chain] == [
+        (0, "expired"),
+        (1, "expired"),
+        (2, "expired"),
+    ]
+    assert [i.supersedes for i in chain] == [None, chain[0].id, chain[1].id]
+    run = get_run(run_id)
+    assert run.state == "expired"
+    events = [(e.trigger, e.actor) for e in list_events(run_id) if e.actor == SYSTEM]
+    assert events == [("escalate", SYSTEM), ("escalate", SYSTEM), ("expire", SYSTEM)]
+    last = [e for e in list_events(run_id) if e.trigger == "expire"][0]
+    assert last.detail["note"] == "escalation limit reached"
+
+
+def test_default_policy_resumes_with_the_default_input(
+    db: str, shared_worker: WorkerProcess
+) -> None:
+    run_id, interrupt = _waiting("default")
+    assert _sweep_until(1) == 1
+    # Then the run continues and the step sees the declared default as the resume value
+    wait_for(lambda: _finished(run_id), timeout=30)
+    run = get_run(run_id)
+    assert run.state == "succeeded", run.error
+    assert run.output == {"choice": "fallback", "answered_by": SYSTEM, "recorded": True}
+    resolved = get_interrupt(interrupt.id)
+    assert (resolved.status, resolved.resolved_by) == ("resolved", SYSTEM)
+    assert resolved.resume_input == {"choice": "fallback"}
+    # And it was recorded like any resume, under the system's idempotency key
+    (attempt,) = list_resume_attempts(interrupt_id=interrupt.id)
+    assert (attempt.outcome, attempt.actor_id) == ("accepted", SYSTEM)
+    assert attempt.idempotency_key == f"{SYSTEM}:{interrupt.id}"
+    accepts = [(e.actor, e.to_state) for e in list_events(run_id) if e.trigger == "accept_resume"]
+    assert accepts == [(f"service:{SYSTEM}", "resuming")]
+
+
+def test_a_resume_accepted_before_the_sweep_is_not_expired(
+    db: str, shared_worker: WorkerProcess
+) -> None:
+    credential = add_actor("alice", ["approver"])
+    run_id, interrupt = _waiting("expire", expires_in=60)
+    accepted = submit_resume(_contract(interrupt, "alice"), credential)
+    assert accepted.outcome == "accepted", accepted.reason
+    # When a sweep runs at a time the deadline would have passed
+    assert sweep_expired(now=utcnow() + timedelta(hours=1)) == 0
+    # Then the interrupt stays resolved by its responder and the run finishes normally
+    wait_for(lambda: _finished(run_id), timeout=30)
+    assert get_run(run_id).state == "succeeded"
+    assert get_interrupt(interrupt.id).resolved_by == "alice"
+    assert not [e for e in list_events(run_id) if e.actor == SYSTEM]
+
+
+def test_a_contract_past_its_expires_at_is_refused_and_recorded(
+    db: str, shared_worker: WorkerProcess
+) -> None:
+    credential = add_actor("alice", ["approver"])
+    run_id, interrupt = _waiting("expire", expires_in=3600)
+    stale = (utcnow() - timedelta(seconds=1)).isoformat()
+    result = submit_resume(_contract(interrupt, "alice", expires_at=stale), credential)
+    assert result.outcome == "expired" and "the contract expired" in result.reason
+    (attempt,) = list_resume_attempts(interrupt_id=interrupt.id)
+    assert attempt.outcome == "expired" and attempt.payload["expires_at"] == stale
+    assert get_interrupt(interrupt.id).status == "pending"
+    assert get_run(run_id).state == "waiting"
+
+
+def test_expired_interrupts_are_an_operator_queue_oldest_first(
+    db: str, shared_worker: WorkerProcess
+) -> None:
+    runs = [_waiting("expire")[0] for _ in range(3)]
+    _sweep_until(1)
+    wait_for(lambda: sweep_expired() == 0 and len(list_interrupts(status="expired")) == 3)
+    queue = list_interrupts(status="expired")
+    assert [i.run_id for i in queue] == runs
+    assert [i.created_at for i in queue] == sorted(i.created_at for i in queue)
+
+
+def test_batches_go_on_and_a_row_that_cannot_be_handled_does_not_stop_them(
+    db: str, shared_worker: WorkerProcess
+) -> None:
+    # Given five due interrupts, one of whose default input this process cannot validate
+    waiting = [_waiting("expire", expires_in=60) for _ in range(4)]
+    bad_run, bad = _waiting("default", expires_in=60)
+    with transaction() as session:
+        session.execute(update(Interrupt).where(Interrupt.id == bad.id).values(schema_version=99))
+    # When one sweep runs with batches of two
+    later = utcnow() + timedelta(hours=1)
+    assert sweep_expired(now=later, batch=2) == 4
+    # Then the four others were expired and the bad one stays pending, run untouched
+    assert {get_run(r).state for r, _ in waiting} == {"expired"}
+    assert get_interrupt(bad.id).status == "pending"
+    assert get_run(bad_run).state == "waiting"
+    assert sweep_expired(now=later, batch=2) == 0
+    with transaction(readonly=True) as session:
+        system = session.execute(
+            select(Event.id).where(Event.run_id == bad_run, Event.actor == SYSTEM)
+        ).all()
+    assert system == []
