@@ -153,7 +153,7 @@ def test_escalate_policy_hands_the_wait_to_the_escalation_roles(
 
 def test_escalation_limit_ends_in_expire(db: str, shared_worker: WorkerProcess) -> None:
     # Given an interrupt that may be escalated twice, each time for half a second
-    run_id, interrupt = _waiting("escalate", escalation_expires_in=0.5, max_escalations=2)
+    run_id, _ = _waiting("escalate", escalation_expires_in=0.5, max_escalations=2)
     # When three sweeps find it due in turn
     for _ in range(3):
         _sweep_until(1)
@@ -169,7 +169,7 @@ def test_escalation_limit_ends_in_expire(db: str, shared_worker: WorkerProcess) 
     assert run.state == "expired"
     events = [(e.trigger, e.actor) for e in list_events(run_id) if e.actor == SYSTEM]
     assert events == [("escalate", SYSTEM), ("escalate", SYSTEM), ("expire", SYSTEM)]
-    last = [e for e in list_events(run_id) if e.trigger == "expire"][0]
+    last = next(e for e in list_events(run_id) if e.trigger == "expire")
     assert last.detail["note"] == "escalation limit reached"
 
 
