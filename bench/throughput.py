@@ -1,0 +1,151 @@
+"""Runs per second of a three-step flow: interlude (durable) against a bare Celery chain.
+
+Both run on one worker process (``--pool solo``) against the same Redis, in one go, so the
+machine's noise hits both alike; read the ratio, not the absolute numbers.
+
+    .venv/bin/python -m bench.throughput [--runs 300] [--database postgresql|sqlite]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import redis
+from sqlalchemy import create_engine, text
+
+ROOT = Path(__file__).resolve().parent.parent
+BROKER_URL = "redis://127.0.0.1:6379/14"
+COUNTER_URL = "redis://127.0.0.1:6379/13"
+PG_ADMIN = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
+
+
+def _worker(app: str, env: dict[str, str], queues: str) -> subprocess.Popen[bytes]:
+    log = Path(tempfile.mkdtemp(prefix="bench-")) / "worker.log"
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            app,
+            "worker",
+            "--pool",
+            "solo",
+            "-l",
+            "info",
+            "--without-gossip",
+            "--without-mingle",
+            "--without-heartbeat",
+            "-Q",
+            queues,
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=log.open("wb"),
+        stderr=subprocess.STDOUT,
+    )
+    deadline = time.monotonic() + 30
+    while b"ready." not in log.read_bytes():
+        if time.monotonic() > deadline or proc.poll() is not None:
+            raise RuntimeError(log.read_text())
+        time.sleep(0.1)
+    return proc
+
+
+def bench_bare(runs: int) -> float:
+    env = {**os.environ, "BENCH_BROKER_URL": BROKER_URL, "BENCH_COUNTER_URL": COUNTER_URL}
+    counter = redis.Redis.from_url(COUNTER_URL)
+    counter.delete("bare:done")
+    proc = _worker("bench.bare_chain", env, "bare")
+    try:
+        os.environ["BENCH_BROKER_URL"] = BROKER_URL
+        from celery import chain
+
+        from bench.bare_chain import first, second, third
+
+        start = time.perf_counter()
+        for i in range(runs):
+            chain(first.s({"n": i}), second.s(), third.s()).apply_async()
+        while int(counter.get("bare:done") or 0) < runs:
+            time.sleep(0.01)
+        return runs / (time.perf_counter() - start)
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def bench_interlude(runs: int, database: str) -> float:
+    name = f"interlude_bench_{uuid.uuid4().hex[:8]}"
+    admin = create_engine(PG_ADMIN, isolation_level="AUTOCOMMIT")
+    if database == "postgresql":
+        with admin.connect() as conn:
+            conn.execute(text(f'CREATE DATABASE "{name}"'))
+        url = PG_ADMIN.rsplit("/", 1)[0] + f"/{name}"
+    else:
+        url = f"sqlite:///{tempfile.mkdtemp()}/bench.db"
+    env = {
+        **os.environ,
+        "INTERLUDE_DATABASE_URL": url,
+        "INTERLUDE_BROKER_URL": BROKER_URL,
+        "INTERLUDE_FLOWS": "bench.flows",
+    }
+    os.environ.update(
+        {k: env[k] for k in ("INTERLUDE_DATABASE_URL", "INTERLUDE_BROKER_URL", "INTERLUDE_FLOWS")}
+    )
+    from models.migrate import upgrade
+
+    upgrade(url)
+    proc = _worker("worker", env, "interlude.steps,interlude.resumes")
+    try:
+        from sqlalchemy import func, select
+
+        from models.db import transaction
+        from models.tables import Run
+        from worker import enqueue_run
+
+        start = time.perf_counter()
+        for i in range(runs):
+            enqueue_run("bench_three_steps", {"n": i})
+        while True:
+            with transaction(readonly=True) as session:
+                done = session.execute(
+                    select(func.count()).select_from(Run).where(Run.state == "succeeded")
+                ).scalar_one()
+            if done >= runs:
+                break
+            time.sleep(0.02)
+        return runs / (time.perf_counter() - start)
+    finally:
+        proc.terminate()
+        proc.wait(10)
+        from models.db import dispose_engines
+
+        dispose_engines()
+        if database == "postgresql":
+            with admin.connect() as conn:
+                conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--runs", type=int, default=300)
+    parser.add_argument("--database", choices=["postgresql", "sqlite"], default="postgresql")
+    args = parser.parse_args()
+    redis.Redis.from_url(BROKER_URL).flushdb()
+    bare = bench_bare(args.runs)
+    durable = bench_interlude(args.runs, args.database)
+    print(f"bare Celery chain (no durability): {bare:7.1f} runs/s")
+    print(f"interlude on {args.database:10s}:       {durable:7.1f} runs/s")
+    print(f"ratio interlude / bare chain:      {durable / bare:7.2f}")
+
+
+if __name__ == "__main__":
+    main()
