@@ -26,7 +26,7 @@ PG_ADMIN_URL = os.environ.get(
 REDIS_URL = os.environ.get("INTERLUDE_TEST_REDIS_BASE", "redis://127.0.0.1:6379")
 FLOW_MODULES = (
     "tests.flows.engine,tests.flows.interrupts,tests.flows.effects,tests.flows.expiry,"
-    "examples.procurement,examples.deploy_gate"
+    "tests.flows.cli,examples.procurement,examples.deploy_gate"
 )
 TABLES = ("events", "checkpoints", "effects", "resume_attempts", "interrupts", "runs", "actors")
 
