@@ -10,11 +10,11 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from models.contracts import evidence_hash
-from models.enums import Decision, ExpiryPolicy, InterruptKind
 from models.db import transaction
+from models.enums import Decision, ExpiryPolicy, InterruptKind
 from models.errors import BudgetRejectedError, FlowDefinitionError
 from worker.flows import Flow
-from worker.schemas import BudgetGrant, lookup, schema_id_of
+from worker.schemas import BudgetGrant, json_schema_of, lookup, schema_id_of
 
 if TYPE_CHECKING:
     from worker.effects import LedgerEntry
@@ -273,7 +273,7 @@ def build_spec(
         reason=reason,
         schema_name=schema_name,
         schema_version=schema_version,
-        json_schema=model.model_json_schema(),
+        json_schema=json_schema_of(model),
         roles=list(authority),
         scope=scope,
         evidence=evidence,

@@ -15,6 +15,7 @@ from datetime import UTC
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
+from pydantic_core import to_jsonable_python
 from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
@@ -30,10 +31,12 @@ from worker.actors import authenticate
 from worker.flows import Flow, RevalidationContext, get_flow
 from worker.interrupts import notify, view
 from worker.runtime import PAUSE_INTERRUPT
-from worker.schemas import BudgetGrant, lookup
+from worker.schemas import BudgetGrant, json_schema_of, lookup
 
 log = logging.getLogger(__name__)
 MAX_ID = 200
+# A refused payload is kept as evidence, but not without bound.
+MAX_PAYLOAD_CHARS = 64 * 1024
 # Attempts that do not claim their idempotency key: a duplicate has no key of its own, and an
 # unauthenticated submitter must not be able to burn the key of the real responder.
 UNBOUND_OUTCOMES = frozenset(
@@ -62,19 +65,22 @@ class _Attempt:
 def submit_resume(
     contract: ResumeContract | Mapping[str, Any] | Any, credential: str
 ) -> ResumeResult:
-    """Check and record one resume attempt; on acceptance the run continues once."""
-    attempt = _Attempt(_json_safe(contract), None, None, None, None)
-    if isinstance(attempt.payload, dict):
-        attempt.run_id = _short_str(attempt.payload.get("run_id"))
-        attempt.interrupt_id = _short_str(attempt.payload.get("interrupt_id"))
-        actor = attempt.payload.get("actor")
+    """Check and record one resume attempt; on acceptance the run continues once.
+
+    Never raises for anything a caller submits: every refusal is a recorded ``ResumeResult``.
+    """
+    payload, problem = _payload(contract)
+    attempt = _Attempt(payload, None, None, None, None)
+    if isinstance(payload, dict):
+        attempt.run_id = _short_str(payload.get("run_id"))
+        attempt.interrupt_id = _short_str(payload.get("interrupt_id"))
+        actor = payload.get("actor")
         attempt.actor_id = _short_str(actor.get("id")) if isinstance(actor, dict) else None
+    if problem is not None:
+        return _record(attempt, ResumeOutcome.MALFORMED, problem)
     try:
-        parsed = (
-            contract
-            if isinstance(contract, ResumeContract)
-            else ResumeContract.model_validate(contract)
-        )
+        # What is checked is exactly what is stored: the JSON form of the submission.
+        parsed = ResumeContract.model_validate(payload)
     except ValidationError as exc:
         return _record(attempt, ResumeOutcome.MALFORMED, _first_error(exc))
     attempt.key = parsed.idempotency_key
@@ -196,6 +202,12 @@ def _validate_input(contract: ResumeContract, interrupt: Interrupt) -> BaseModel
     schema = f"{interrupt.schema_name}.v{interrupt.schema_version}"
     if model is None:
         raise Refusal(ResumeOutcome.INVALID_INPUT, f"input schema {schema} is not known here")
+    if json_schema_of(model) != interrupt.json_schema:
+        # The model changed under the same version: the responder saw another form.
+        raise Refusal(
+            ResumeOutcome.INVALID_INPUT,
+            f"input schema {schema} changed since the interrupt was raised",
+        )
     if contract.decision is Decision.REJECTED and not contract.input:
         return None
     try:
@@ -384,14 +396,44 @@ def _canonical(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
 
 
-def _json_safe(value: Any) -> Any:
-    """What was submitted, as JSON we can store (anything else is kept as its repr)."""
-    if isinstance(value, BaseModel):
-        return value.model_dump(mode="json")
+def _payload(contract: Any) -> tuple[Any, str | None]:
+    """What was submitted as storable JSON, and why it cannot be a contract (None if it can).
+
+    Anything at all may be submitted, so every failure here becomes a reason, never an error.
+    """
     try:
-        return json.loads(json.dumps(value, default=repr, allow_nan=False))
-    except (TypeError, ValueError):
-        return {"unparseable": repr(value)[:10_000]}
+        text = json.dumps(to_jsonable_python(contract), allow_nan=False)
+    except Exception as exc:
+        return {"unparseable": _storable(_repr(contract))}, f"contract is not JSON: {exc}"[:300]
+    if len(text) > MAX_PAYLOAD_CHARS:
+        return (
+            {"truncated": _storable(text[:MAX_PAYLOAD_CHARS])},
+            f"contract is larger than {MAX_PAYLOAD_CHARS} characters",
+        )
+    data = json.loads(text)
+    stored = _storable(data)
+    if stored != data:
+        return stored, "contract holds NUL or unpaired surrogate characters"
+    return data, None
+
+
+def _repr(value: Any) -> str:
+    try:
+        return repr(value)[:MAX_PAYLOAD_CHARS]
+    except Exception:
+        return f"<{type(value).__name__}>"
+
+
+def _storable(value: Any) -> Any:
+    """``value`` with the text both databases refuse (NUL, lone surrogates) escaped."""
+    if isinstance(value, str):
+        text = value.replace("\x00", "\\u0000")
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    if isinstance(value, list):
+        return [_storable(item) for item in value]
+    if isinstance(value, dict):
+        return {_storable(key): _storable(item) for key, item in value.items()}
+    return value
 
 
 def resume_as_system(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 import threading
 from collections.abc import Callable
@@ -46,6 +47,12 @@ def schema_id_of(model: type[BaseModel]) -> tuple[str, int]:
         raise FlowDefinitionError(
             detail=f"{model.__name__} is not registered with @input_schema('name.vN')"
         ) from None
+
+
+@functools.cache
+def json_schema_of(model: type[BaseModel]) -> dict[str, Any]:
+    """The JSON Schema recorded with an interrupt and compared again at resume time."""
+    return model.model_json_schema()
 
 
 def lookup(name: str, version: int) -> type[BaseModel] | None:

@@ -1,0 +1,93 @@
+"""Helpers for the interrupt and gateway tests: contracts, waiting for runs, snapshots."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import timedelta
+from typing import Any
+
+from sqlalchemy import select
+
+from models.contracts import InterruptView
+from models.db import transaction, utcnow
+from models.tables import Checkpoint, Event, Interrupt, Run
+from tests.services import wait_for
+from worker import get_run
+
+FINISHED = {"succeeded", "failed", "cancelled", "expired"}
+
+
+def contract_for(
+    interrupt: InterruptView,
+    actor_id: str,
+    *,
+    decision: str = "approved",
+    input: dict[str, Any] | None = None,
+    key: str | None = None,
+    **overrides: Any,
+) -> dict[str, Any]:
+    """A valid ``resume.v1`` contract for ``interrupt``, as a responder would build it."""
+    contract: dict[str, Any] = {
+        "schema_version": "resume.v1",
+        "run_id": interrupt.run_id,
+        "checkpoint_id": interrupt.checkpoint_id,
+        "interrupt_id": interrupt.id,
+        "actor": {"type": "human", "id": actor_id},
+        "decision": decision,
+        "input": input if input is not None else {},
+        "scope": interrupt.scope,
+        "evidence_hash": interrupt.evidence_hash,
+        "idempotency_key": key or uuid.uuid4().hex,
+        "expires_at": (utcnow() + timedelta(minutes=10)).isoformat(),
+    }
+    contract.update(overrides)
+    return contract
+
+
+def pending(run_id: str, name: str | None = None) -> InterruptView | None:
+    """The run's pending interrupt (named ``name``) once the run is waiting, else None."""
+    run = get_run(run_id)
+    if run.state != "waiting":
+        return None
+    for interrupt in run.pending_interrupts:
+        if name is None or interrupt.name == name:
+            return interrupt
+    return None
+
+
+def wait_pending(run_id: str, name: str | None = None, timeout: float = 30) -> InterruptView:
+    found: InterruptView = wait_for(lambda: pending(run_id, name), timeout=timeout)
+    return found
+
+
+def wait_finished(run_id: str, timeout: float = 30) -> str:
+    state: str = wait_for(
+        lambda: s if (s := get_run(run_id).state) in FINISHED else None, timeout=timeout
+    )
+    return state
+
+
+def snapshot(run_id: str) -> dict[str, Any]:
+    """Every stored fact about a run that a refused resume must leave alone."""
+    with transaction(readonly=True) as session:
+        run = session.get(Run, run_id)
+        assert run is not None
+        checkpoints = session.execute(
+            select(Checkpoint).where(Checkpoint.run_id == run_id).order_by(Checkpoint.seq)
+        ).scalars()
+        interrupts = session.execute(
+            select(Interrupt).where(Interrupt.run_id == run_id).order_by(Interrupt.id)
+        ).scalars()
+        events = session.execute(
+            select(Event.id).where(Event.run_id == run_id).order_by(Event.id)
+        ).scalars()
+        return {
+            "run": _columns(run),
+            "checkpoints": [_columns(c) for c in checkpoints],
+            "interrupts": [_columns(i) for i in interrupts],
+            "events": list(events),
+        }
+
+
+def _columns(row: Any) -> dict[str, Any]:
+    return {c.key: getattr(row, c.key) for c in row.__table__.columns}
