@@ -54,9 +54,9 @@ def test_200_runs_across_two_workers_commit_every_step_once(
     with transaction(readonly=True) as session:
         outputs = dict(session.execute(select(Run.id, Run.output).where(Run.id.in_(run_ids))).all())
         completes = session.execute(
-            select(func.count()).select_from(Event).where(
-                Event.run_id.in_(run_ids), Event.trigger.in_(["advance", "complete"])
-            )
+            select(func.count())
+            .select_from(Event)
+            .where(Event.run_id.in_(run_ids), Event.trigger.in_(["advance", "complete"]))
         ).scalar_one()
     for i, run_id in enumerate(run_ids):
         assert outputs[run_id] == {"trail": ["first", "second", "third"], "n": i + 2}
@@ -67,8 +67,14 @@ def _queued_run(flow: str, first_step: str, input: dict[str, object]) -> str:
     """A queued run whose first task is not published yet (the test publishes it)."""
     with transaction() as session:
         run = repository.insert_run(
-            session, flow_name=flow, flow_version=1, input=input, first_step=first_step,
-            idempotency_key=None, started_by="test", budget=None,
+            session,
+            flow_name=flow,
+            flow_version=1,
+            input=input,
+            first_step=first_step,
+            idempotency_key=None,
+            started_by="test",
+            budget=None,
         )
         return run.id
 
@@ -117,7 +123,8 @@ def test_worker_killed_mid_step_leaves_a_consistent_recoverable_run(
         assert row is not None and row.lease_expires_at is not None
         lease_end = row.lease_expires_at
         seqs = session.execute(
-            select(Checkpoint.seq, Checkpoint.step).where(Checkpoint.run_id == run_id)
+            select(Checkpoint.seq, Checkpoint.step)
+            .where(Checkpoint.run_id == run_id)
             .order_by(Checkpoint.seq)
         ).all()
     assert [tuple(s) for s in seqs] == [(0, None), (1, "begin")]

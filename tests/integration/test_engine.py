@@ -58,9 +58,13 @@ def test_a_failing_step_is_retried_with_backoff_then_succeeds(
     assert run.state == "succeeded", run.error
     assert run.flow_state == {"tries": 3}
     with transaction(readonly=True) as session:
-        retries = session.execute(
-            select(Event.detail).where(Event.run_id == run_id, Event.trigger == "retry")
-        ).scalars().all()
+        retries = (
+            session.execute(
+                select(Event.detail).where(Event.run_id == run_id, Event.trigger == "retry")
+            )
+            .scalars()
+            .all()
+        )
     assert [d["attempt"] for d in retries] == [1, 2]
     assert "flaky failure 1" in retries[0]["error"]
 
@@ -82,8 +86,14 @@ def test_a_run_pinned_to_a_version_this_worker_lacks_fails_closed(db: str) -> No
 
     with transaction() as session:
         run = repository.insert_run(
-            session, flow_name="three_steps", flow_version=7, input={}, first_step="first",
-            idempotency_key=None, started_by="test", budget=None,
+            session,
+            flow_name="three_steps",
+            flow_version=7,
+            input={},
+            first_step="first",
+            idempotency_key=None,
+            started_by="test",
+            budget=None,
         )
         run_id = run.id
     execute(run_id)

@@ -28,7 +28,7 @@ def test_every_documented_move_exists() -> None:
 
 
 def test_terminal_states_have_no_way_out() -> None:
-    for (_, source) in transition_table():
+    for _, source in transition_table():
         assert RunState(source) not in TERMINAL_STATES
 
 
@@ -53,8 +53,16 @@ def test_stale_state_error_names_expected_and_found() -> None:
 
 def test_triggers_are_the_designed_set() -> None:
     assert triggers() == {
-        "claim", "advance", "retry", "requeue", "suspend", "accept_resume",
-        "expire", "complete", "fail", "cancel",
+        "claim",
+        "advance",
+        "retry",
+        "requeue",
+        "suspend",
+        "accept_resume",
+        "expire",
+        "complete",
+        "fail",
+        "cancel",
     }
 
 
