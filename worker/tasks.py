@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from worker.app import TASK_REAP, TASK_RESUME, TASK_STEP, TASK_SWEEP, app
+from worker.stats import serve_from_worker  # noqa: F401  (serves metrics if configured)
 
 
 @app.task(name=TASK_STEP, ignore_result=True)  # type: ignore[untyped-decorator]

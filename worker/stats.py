@@ -1,0 +1,288 @@
+"""Operational figures: who waits and for how long, how resumes went, how much work repeated.
+
+``collect_stats()`` reads them with a handful of GROUP BY queries (their cost follows the
+number of waiting runs and audit rows of interest, not the whole history of runs); the same
+figures are served to Prometheus by ``serve_metrics(port)`` or, when ``INTERLUDE_METRICS_PORT``
+is set, by every worker from the moment it is ready.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterator
+from datetime import datetime
+from typing import Any
+
+from celery.signals import worker_ready
+from pydantic import BaseModel, ConfigDict
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from models.db import transaction, utcnow
+from models.enums import InterruptKind, InterruptStatus, ResumeOutcome, RunState
+from models.settings import get_settings
+from models.tables import Event, Interrupt, ResumeAttempt, Run
+
+log = logging.getLogger(__name__)
+
+METRICS_ADDRESS = "0.0.0.0"
+# Audit events that mean work was done again (see worker/runtime.py and worker/effects.py).
+STEP_REEXECUTED = "step_reexecuted"
+EFFECT_SKIPPED = "effect_skipped"
+EFFECT_RECONCILED = "effect_reconciled"
+REPAIR_RAISED = "repair_raised"
+REPEATED_WORK = (STEP_REEXECUTED, EFFECT_SKIPPED, EFFECT_RECONCILED, REPAIR_RAISED)
+UP_HELP = "1 when the statistics could be read from the database, else 0"
+
+
+class RepeatedWork(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    steps_reexecuted: int = 0
+    effects_skipped: int = 0
+    effects_reconciled: int = 0
+    repairs_raised: int = 0
+
+
+class Stats(BaseModel):
+    """A snapshot of the figures; ages are in seconds, None when nothing waits."""
+
+    model_config = ConfigDict(frozen=True)
+
+    waiting_runs: int
+    waiting_by_kind: dict[str, int]
+    oldest_waiting_age_seconds: float | None
+    median_waiting_age_seconds: float | None
+    resume_attempts: dict[str, int]
+    resume_attempts_total: int
+    # Share of all resume attempts refused as stale (None before the first attempt).
+    stale_rejection_rate: float | None
+    # Runs with an accepted resume, by the state they are in now.
+    resumed_runs: dict[str, int]
+    resumed_succeeded: int
+    resumed_failed: int
+    repeated_work: RepeatedWork
+    collected_at: datetime
+
+
+def collect_stats() -> Stats:
+    """Read the figures from the database, in one read-only transaction."""
+    now = utcnow()
+    with transaction(readonly=True) as session:
+        waiting_runs = session.execute(
+            select(func.count()).where(Run.state == RunState.WAITING.value)
+        ).scalar_one()
+        by_kind = _waiting_by_kind(session)
+        oldest, median = _waiting_since(session)
+        attempts = _counts(session, ResumeAttempt.outcome, ResumeOutcome)
+        resumed = _resumed_runs(session)
+        repeated = _repeated_work(session)
+    total = sum(attempts.values())
+    return Stats(
+        waiting_runs=waiting_runs,
+        waiting_by_kind=by_kind,
+        oldest_waiting_age_seconds=_age(now, oldest),
+        median_waiting_age_seconds=_age(now, median),
+        resume_attempts=attempts,
+        resume_attempts_total=total,
+        stale_rejection_rate=attempts[ResumeOutcome.STALE.value] / total if total else None,
+        resumed_runs=resumed,
+        resumed_succeeded=resumed[RunState.SUCCEEDED.value],
+        resumed_failed=resumed[RunState.FAILED.value],
+        repeated_work=repeated,
+        collected_at=now,
+    )
+
+
+def _age(now: datetime, since: datetime | None) -> float | None:
+    return None if since is None else max(0.0, (now - since).total_seconds())
+
+
+def _waiting_by_kind(session: Session) -> dict[str, int]:
+    """Waiting runs by the kind of interrupt they wait on."""
+    rows = session.execute(
+        select(Interrupt.kind, func.count(func.distinct(Interrupt.run_id)))
+        .join(Run, Run.id == Interrupt.run_id)
+        .where(
+            Interrupt.status == InterruptStatus.PENDING.value,
+            Run.state == RunState.WAITING.value,
+        )
+        .group_by(Interrupt.kind)
+    ).all()
+    found = {kind: int(count) for kind, count in rows}
+    return {kind.value: found.get(kind.value, 0) for kind in InterruptKind}
+
+
+def _waiting_since(session: Session) -> tuple[datetime | None, datetime | None]:
+    """When the longest and the median wait began (a run waits since its oldest open interrupt)."""
+    since = (
+        select(func.min(Interrupt.created_at).label("since"))
+        .join(Run, Run.id == Interrupt.run_id)
+        .where(
+            Interrupt.status == InterruptStatus.PENDING.value,
+            Run.state == RunState.WAITING.value,
+        )
+        .group_by(Interrupt.run_id)
+        .subquery()
+    )
+    count, oldest = session.execute(select(func.count(), func.min(since.c.since))).one()
+    if not count:
+        return None, None
+    # The median without percentile functions (SQLite has none): the middle one or two rows.
+    middle = list(
+        session.execute(
+            select(since.c.since)
+            .order_by(since.c.since)
+            .offset((count - 1) // 2)
+            .limit(1 if count % 2 else 2)
+        ).scalars()
+    )
+    median = middle[0] + (middle[-1] - middle[0]) / 2
+    return oldest, median
+
+
+def _counts(session: Session, column: Any, enum: Any) -> dict[str, int]:
+    rows = session.execute(select(column, func.count()).group_by(column)).all()
+    found = {value: int(count) for value, count in rows}
+    return {member.value: found.get(member.value, 0) for member in enum}
+
+
+def _resumed_runs(session: Session) -> dict[str, int]:
+    resumed = (
+        select(ResumeAttempt.run_id)
+        .where(ResumeAttempt.outcome == ResumeOutcome.ACCEPTED.value)
+        .distinct()
+    )
+    rows = session.execute(
+        select(Run.state, func.count()).where(Run.id.in_(resumed)).group_by(Run.state)
+    ).all()
+    found = {state: int(count) for state, count in rows}
+    return {state.value: found.get(state.value, 0) for state in RunState}
+
+
+def _repeated_work(session: Session) -> RepeatedWork:
+    # Counter events carry {"count": n}; a step re-execution is one event per execution.
+    amount = func.coalesce(Event.detail["count"].as_integer(), 1)
+    rows = session.execute(
+        select(Event.trigger, func.sum(amount))
+        .where(Event.trigger.in_(REPEATED_WORK))
+        .group_by(Event.trigger)
+    ).all()
+    found = {trigger: int(total or 0) for trigger, total in rows}
+    return RepeatedWork(
+        steps_reexecuted=found.get(STEP_REEXECUTED, 0),
+        effects_skipped=found.get(EFFECT_SKIPPED, 0),
+        effects_reconciled=found.get(EFFECT_RECONCILED, 0),
+        repairs_raised=found.get(REPAIR_RAISED, 0),
+    )
+
+
+# --- Prometheus ------------------------------------------------------------------------------
+
+
+class StatsCollector:
+    """A Prometheus collector that reads ``collect_stats()`` at every scrape."""
+
+    def describe(self) -> list[Any]:
+        # Describing nothing keeps registration from scraping the database.
+        return []
+
+    def collect(self) -> Iterator[Any]:
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        try:
+            stats = collect_stats()
+        except Exception:
+            log.exception("collecting statistics failed", extra={"action": "stats_failed"})
+            yield GaugeMetricFamily(
+                "interlude_stats_up", "1 when the statistics could be read", value=0
+            )
+            return
+        yield GaugeMetricFamily(
+            "interlude_stats_up", "1 when the statistics could be read", value=1
+        )
+        waiting = GaugeMetricFamily(
+            "interlude_waiting_runs", "Runs waiting, by interrupt kind", labels=["kind"]
+        )
+        for kind, count in stats.waiting_by_kind.items():
+            waiting.add_metric([kind], count)
+        yield waiting
+        yield GaugeMetricFamily(
+            "interlude_waiting_age_oldest_seconds",
+            "Age of the longest wait (0 when nothing waits)",
+            value=stats.oldest_waiting_age_seconds or 0.0,
+        )
+        yield GaugeMetricFamily(
+            "interlude_waiting_age_median_seconds",
+            "Median age of the waits (0 when nothing waits)",
+            value=stats.median_waiting_age_seconds or 0.0,
+        )
+        attempts = CounterMetricFamily(
+            "interlude_resume_attempts", "Resume attempts, by outcome", labels=["outcome"]
+        )
+        for outcome, count in stats.resume_attempts.items():
+            attempts.add_metric([outcome], count)
+        yield attempts
+        yield GaugeMetricFamily(
+            "interlude_resume_stale_ratio",
+            "Share of resume attempts refused as stale (0 before the first attempt)",
+            value=stats.stale_rejection_rate or 0.0,
+        )
+        resumed = GaugeMetricFamily(
+            "interlude_resumed_runs", "Runs with an accepted resume, by state now", labels=["state"]
+        )
+        for state, count in stats.resumed_runs.items():
+            resumed.add_metric([state], count)
+        yield resumed
+        for name, help_text, value in (
+            ("steps_reexecuted", "Step executions beyond the first", "steps_reexecuted"),
+            ("effects_skipped", "Effects found applied and not repeated", "effects_skipped"),
+            ("effects_reconciled", "Effects of unknown outcome settled", "effects_reconciled"),
+            ("repairs_raised", "Effects handed to an operator as repairs", "repairs_raised"),
+        ):
+            yield CounterMetricFamily(
+                f"interlude_{name}", help_text, value=getattr(stats.repeated_work, value)
+            )
+
+
+def metrics_registry() -> Any:
+    from prometheus_client import CollectorRegistry
+
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(StatsCollector())
+    return registry
+
+
+def start_metrics_server(port: int, address: str = METRICS_ADDRESS) -> tuple[Any, threading.Thread]:
+    """Serve ``/metrics`` on ``port`` from a daemon thread; returns (server, thread)."""
+    from prometheus_client import start_http_server
+
+    server, thread = start_http_server(port, addr=address, registry=metrics_registry())
+    log.info("metrics on port %d", port, extra={"action": "metrics_started"})
+    return server, thread
+
+
+def serve_metrics(port: int) -> None:
+    """Serve the Prometheus exporter on ``port`` until interrupted (``interlude metrics``)."""
+    server, thread = start_metrics_server(port)
+    try:
+        thread.join()
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def serve_from_worker(**_: Any) -> None:
+    """A worker started with ``INTERLUDE_METRICS_PORT`` serves the metrics too."""
+    port = get_settings().metrics_port
+    if not port:
+        return
+    try:
+        start_metrics_server(port)
+    except OSError as exc:
+        # Two workers on one host cannot share the port; the worker keeps working without it.
+        log.error("cannot serve metrics on port %d: %s", port, exc, extra={"action": "metrics"})
+
+
+worker_ready.connect(serve_from_worker)
