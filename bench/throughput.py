@@ -1,9 +1,11 @@
 """Runs per second of a three-step flow: interlude (durable) against a bare Celery chain.
 
-Both run on one worker process (``--pool solo``) against the same Redis, in one go, so the
-machine's noise hits both alike; read the ratio, not the absolute numbers.
+Both run on one worker (``--pool solo`` for concurrency 1, else prefork) against the same
+Redis, in one go, so the machine's noise hits both alike; read the ratio, not the absolute
+numbers. interlude commits every step durably, so on a disk where a PostgreSQL commit costs
+a few milliseconds it is commit-bound; concurrency lets PostgreSQL group those commits.
 
-    .venv/bin/python -m bench.throughput [--runs 300] [--database postgresql|sqlite]
+    .venv/bin/python -m bench.throughput --runs 300 --concurrency 4 --database postgresql
 """
 
 from __future__ import annotations
@@ -26,7 +28,9 @@ COUNTER_URL = "redis://127.0.0.1:6379/13"
 PG_ADMIN = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
 
 
-def _worker(app: str, env: dict[str, str], queues: str) -> subprocess.Popen[bytes]:
+def _worker(
+    app: str, env: dict[str, str], queues: str, concurrency: int
+) -> subprocess.Popen[bytes]:
     log = Path(tempfile.mkdtemp(prefix="bench-")) / "worker.log"
     proc = subprocess.Popen(
         [
@@ -36,8 +40,7 @@ def _worker(app: str, env: dict[str, str], queues: str) -> subprocess.Popen[byte
             "-A",
             app,
             "worker",
-            "--pool",
-            "solo",
+            *(["--pool", "solo"] if concurrency == 1 else ["-c", str(concurrency)]),
             "-l",
             "info",
             "--without-gossip",
@@ -59,11 +62,11 @@ def _worker(app: str, env: dict[str, str], queues: str) -> subprocess.Popen[byte
     return proc
 
 
-def bench_bare(runs: int) -> float:
+def bench_bare(runs: int, concurrency: int) -> float:
     env = {**os.environ, "BENCH_BROKER_URL": BROKER_URL, "BENCH_COUNTER_URL": COUNTER_URL}
     counter = redis.Redis.from_url(COUNTER_URL)
     counter.delete("bare:done")
-    proc = _worker("bench.bare_chain", env, "bare")
+    proc = _worker("bench.bare_chain", env, "bare", concurrency)
     try:
         os.environ["BENCH_BROKER_URL"] = BROKER_URL
         from celery import chain
@@ -81,7 +84,7 @@ def bench_bare(runs: int) -> float:
         proc.wait(10)
 
 
-def bench_interlude(runs: int, database: str) -> float:
+def bench_interlude(runs: int, database: str, concurrency: int) -> float:
     name = f"interlude_bench_{uuid.uuid4().hex[:8]}"
     admin = create_engine(PG_ADMIN, isolation_level="AUTOCOMMIT")
     if database == "postgresql":
@@ -102,7 +105,7 @@ def bench_interlude(runs: int, database: str) -> float:
     from models.migrate import upgrade
 
     upgrade(url)
-    proc = _worker("worker", env, "interlude.steps,interlude.resumes")
+    proc = _worker("worker", env, "interlude.steps,interlude.resumes", concurrency)
     try:
         from sqlalchemy import func, select
 
@@ -137,11 +140,13 @@ def bench_interlude(runs: int, database: str) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--runs", type=int, default=300)
+    parser.add_argument("--concurrency", type=int, default=4)
     parser.add_argument("--database", choices=["postgresql", "sqlite"], default="postgresql")
     args = parser.parse_args()
     redis.Redis.from_url(BROKER_URL).flushdb()
-    bare = bench_bare(args.runs)
-    durable = bench_interlude(args.runs, args.database)
+    bare = bench_bare(args.runs, args.concurrency)
+    durable = bench_interlude(args.runs, args.database, args.concurrency)
+    print(f"one worker, concurrency {args.concurrency}, {args.runs} three-step runs")
     print(f"bare Celery chain (no durability): {bare:7.1f} runs/s")
     print(f"interlude on {args.database:10s}:       {durable:7.1f} runs/s")
     print(f"ratio interlude / bare chain:      {durable / bare:7.2f}")
