@@ -26,12 +26,14 @@ VISIBILITY_TIMEOUT_SECONDS = 3600
 def broker_options(settings: Settings) -> dict[str, Any]:
     if settings.broker_url.startswith("filesystem://"):
         folder = settings.broker_folder
-        for sub in ("queue", "processed"):
+        for sub in ("queue", "processed", "control"):
             (folder / sub).mkdir(parents=True, exist_ok=True)
         return {
             "data_folder_in": str(folder / "queue"),
             "data_folder_out": str(folder / "queue"),
             "processed_folder": str(folder / "processed"),
+            # Exchange bindings live here; kombu's default is ./control in the working directory.
+            "control_folder": str(folder / "control"),
             "store_processed": False,
         }
     return {"visibility_timeout": VISIBILITY_TIMEOUT_SECONDS}
