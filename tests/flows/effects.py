@@ -110,11 +110,22 @@ def _verdict(ctx: StepContext) -> Any:
     return None
 
 
+def _charge_fn(ctx: StepContext) -> Any:
+    if not ctx.input.get("crash_in_fn"):
+        return apply
+
+    def crash_then_apply(run_id: str, amount: int, *, epoch: int, idempotency_key: str) -> Any:
+        crash_once(run_id, "in_fn")
+        return apply(run_id, amount, epoch=epoch, idempotency_key=idempotency_key)
+
+    return crash_then_apply
+
+
 @ledger.step(retries=1, backoff=0.1)
 def charge(ctx: StepContext) -> str:
     receipt = ctx.effect(
         "charge",
-        apply,
+        _charge_fn(ctx),
         ctx.run_id,
         int(ctx.input.get("amount", 1)),
         epoch=ctx.epoch,

@@ -11,6 +11,7 @@ from sqlalchemy import func, select
 
 from models import repository
 from models.db import transaction, utcnow
+from models.settings import get_settings
 from models.tables import Checkpoint, Effect, Event, Run
 from tests.flows.effects import applied, calls, outside
 from tests.services import WorkerProcess, wait_for
@@ -224,6 +225,33 @@ def test_unknown_outcome_raises_a_repair_that_an_operator_settles(
     if expected_calls == 0:
         assert effect.receipt == finding["receipt"]
     assert _counter(run_id, "effect_reconciled") == 1 - expected_calls
+
+
+def test_an_operator_finding_answers_only_for_the_intent_it_was_given_on(
+    db: str, shared_worker: WorkerProcess
+) -> None:
+    operator = add_actor("operator-2", ["operator"])
+    # Given a repair settled as "not applied", after which the effect is called again and
+    # its worker dies inside the call (outcome unknown once more)
+    run_id = _crashed_mid_effect({"verdict": "unknown", "crash_in_fn": True})
+    wait_for(lambda: _state(run_id) == "waiting", timeout=30)
+    [first] = list_interrupts(run_id=run_id, status="pending")
+    assert first.evidence["intent_epoch"] == 1
+    assert _resolve(first, operator, "operator-2", "approved", {"outcome": "not_applied"}).accepted
+    wait_for(lambda: outside().exists(f"crashed:{run_id}:in_fn"), timeout=30)
+    # When the dead worker's lease is reaped
+    lease = get_settings().lease_seconds
+    wait_for(lambda: reap(now=utcnow() + timedelta(seconds=lease + 1)) >= 1, timeout=30)
+    # Then the old finding is not reused: a new repair asks about the new intent
+    wait_for(lambda: list_interrupts(run_id=run_id, status="pending"), timeout=30)
+    [second] = list_interrupts(run_id=run_id, status="pending")
+    assert (second.name, second.evidence["intent_epoch"]) == ("repair:charge", 3)
+    assert calls(run_id) == 0
+    assert _resolve(second, operator, "operator-2", "approved", {"outcome": "not_applied"}).accepted
+    wait_for(lambda: _finished(run_id), timeout=30)
+    assert _state(run_id) == "succeeded"
+    assert (calls(run_id), applied(run_id)) == (1, 1)
+    assert _counter(run_id, "repair_raised") == 2
 
 
 def _epochs_written(run_id: str) -> tuple[set[int], list[str]]:
