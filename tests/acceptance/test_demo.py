@@ -1,0 +1,76 @@
+"""``interlude demo`` as a new user runs it: a fresh folder, no server, the console script."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+NARRATION = [
+    "run started",
+    "waiting",
+    "worker free",
+    "stale resume refused",
+    "authorized resume accepted",
+    "effect applied once",
+    "finished",
+]
+
+
+def demo_command() -> list[str]:
+    script = Path(sys.executable).parent / "interlude"
+    if script.exists():
+        return [str(script), "demo"]
+    return [
+        sys.executable,
+        "-c",
+        "import sys; from worker.demo import run_demo; sys.exit(run_demo())",
+    ]
+
+
+def run_demo(cwd: Path) -> subprocess.CompletedProcess[str]:
+    # A fresh machine: none of the test session's INTERLUDE_* settings.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("INTERLUDE_")}
+    return subprocess.run(
+        demo_command(), cwd=cwd, env=env, capture_output=True, text=True, timeout=120
+    )
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+@pytest.mark.slow
+def test_the_demo_tells_the_procurement_story_and_cleans_up(tmp_path: Path) -> None:
+    # When a new user runs the demo in an empty folder
+    first = run_demo(tmp_path)
+
+    # Then it ends successfully, narrating each part of the story in order
+    assert first.returncode == 0, first.stdout + first.stderr
+    positions = [first.stdout.find(f"] {part}") for part in NARRATION if part != "worker free"]
+    assert -1 not in positions and positions == sorted(positions), first.stdout
+    assert "worker free" in first.stdout
+    assert "-> stale" in first.stdout and "-> accepted" in first.stdout
+    assert "1 check on record" in first.stdout
+    assert "succeeded (ordered)" in first.stdout
+    # ... no credential is ever printed
+    assert "ilc_" not in first.stdout + first.stderr
+    # ... everything it kept is under .interlude/demo, and its worker is gone
+    assert (tmp_path / ".interlude" / "demo" / "interlude.db").exists()
+    assert not (tmp_path / "control").exists()
+    found = re.search(r"pid (\d+)", first.stdout)
+    assert found is not None
+    assert not alive(int(found.group(1)))
+
+    # When it is run again in the same folder, it starts from a clean slate and succeeds again
+    second = run_demo(tmp_path)
+    assert second.returncode == 0, second.stdout + second.stderr
+    assert "finished" in second.stdout
