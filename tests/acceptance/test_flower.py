@@ -1,0 +1,126 @@
+"""Flower, as an operator runs it, sees interlude's worker, tasks and queues (real processes)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.services import ROOT, WorkerProcess, wait_for
+from worker import enqueue_run
+from worker.app import QUEUE_MAINTENANCE, QUEUE_RESUMES, QUEUE_STEPS, TASK_STEP
+
+DEPLOY = {"service": "billing", "environment": "staging", "version": "3.1.0", "diff": "+ x = 1\n"}
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+    return port
+
+
+class Flower:
+    """A real ``celery -A worker flower`` subprocess with its API open to this test."""
+
+    def __init__(self, database_url: str, log_path: Path) -> None:
+        self.port = free_port()
+        env = dict(os.environ)
+        env.update(INTERLUDE_DATABASE_URL=database_url, FLOWER_UNAUTHENTICATED_API="true")
+        self.log = log_path.open("wb")
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "celery",
+                "-A",
+                "worker",
+                "flower",
+                "--address=127.0.0.1",
+                f"--port={self.port}",
+            ],
+            cwd=ROOT,
+            env=env,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+    def get(self, path: str) -> Any:
+        url = f"http://127.0.0.1:{self.port}{path}"
+        with urllib.request.urlopen(url, timeout=10) as response:
+            body = response.read().decode()
+        return json.loads(body) if body.lstrip().startswith(("{", "[")) else body
+
+    def try_get(self, path: str) -> Any:
+        if self.proc.poll() is not None:
+            raise AssertionError(f"flower exited with status {self.proc.returncode}")
+        try:
+            return self.get(path)
+        except (urllib.error.URLError, ConnectionError, TimeoutError):
+            return None
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(10)
+        self.log.close()
+
+
+@pytest.fixture()
+def flower(db: str, logs_dir: Path) -> Iterator[Flower]:
+    process = Flower(db, logs_dir / f"flower-{free_port()}.log")
+    yield process
+    process.stop()
+
+
+@pytest.mark.slow
+def test_flower_shows_the_worker_a_run_step_task_and_the_queues(
+    db: str, start_worker: Callable[..., WorkerProcess], flower: Flower
+) -> None:
+    # Given a real worker (task events on) and a real Flower watching the same Redis
+    worker = start_worker("-c", "1")
+    assert wait_for(lambda: flower.try_get("/healthcheck"), timeout=60) == "OK"
+
+    # Then Flower lists the worker, with interlude's tasks under their stable names
+    def our_worker() -> dict[str, Any] | None:
+        workers = flower.try_get("/api/workers?refresh=1") or {}
+        return next((v for k, v in workers.items() if k.startswith(f"{worker.name}@")), None)
+
+    info = wait_for(our_worker, timeout=60)
+    assert {TASK_STEP, "interlude.resume_run", "interlude.sweep_expired", "interlude.reap"} <= set(
+        info["registered"]
+    )
+    consumed = {q["name"] for q in info["active_queues"]}
+    assert {QUEUE_STEPS, QUEUE_RESUMES, QUEUE_MAINTENANCE} <= consumed
+
+    # When a run executes a step (here up to its approval gate)
+    run_id = enqueue_run("deploy_gate", DEPLOY)
+
+    # Then Flower has seen an interlude.run_step task for it succeed, on that worker
+    def step_task() -> dict[str, Any] | None:
+        tasks = flower.try_get(f"/api/tasks?taskname={TASK_STEP}") or {}
+        return next((t for t in tasks.values() if run_id in str(t.get("args"))), None)
+
+    task = wait_for(lambda: (t := step_task()) and t["state"] == "SUCCESS" and t, timeout=60)
+    assert task["name"] == TASK_STEP
+    assert task["worker"].startswith(f"{worker.name}@")
+    assert TASK_STEP in flower.get("/api/task/types")["task-types"]
+    # ... and the lengths of interlude's queues, now empty: a waiting run holds no message
+    lengths = {q["name"]: q["messages"] for q in flower.get("/api/queues/length")["active_queues"]}
+    assert {QUEUE_STEPS, QUEUE_RESUMES, QUEUE_MAINTENANCE} <= set(lengths)
+    assert lengths[QUEUE_STEPS] == 0
