@@ -13,13 +13,14 @@ from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+import redis
 from sqlalchemy import func, select
 
 from models import repository
 from models.db import transaction, utcnow
 from models.tables import Event, Interrupt, ResumeAttempt, Run
 from tests.flows.expiry import NOTIFIED
-from tests.services import ROOT, WorkerProcess, redis_client, wait_for
+from tests.services import ROOT, WorkerProcess, wait_for
 from worker.runtime import execute
 
 RUNS = 1000
@@ -37,13 +38,12 @@ r.rpush("{READY}", sys.argv[1])
 while not r.exists("{GO}"):
     time.sleep(0.01)
 total = 0
-t0 = time.monotonic()
 while True:
     handled = sweep_expired(batch=25)
     total += handled
     if handled == 0:
         break
-print(time.monotonic() - t0, total)
+print(total)
 """
 
 
@@ -84,16 +84,14 @@ def test_two_sweepers_apply_each_policy_exactly_once(
     db: str, backend: str, shared_worker: WorkerProcess
 ) -> None:
     # Given 1,000 runs waiting on interrupts that are all due, four policies mixed
-    import time; t0=time.monotonic()
     policy_of = _suspend_runs()
-    print("create", time.monotonic()-t0)
     with transaction(readonly=True) as session:
         states = Counter(session.execute(select(Run.state)).scalars())
         last_deadline = session.execute(select(func.max(Interrupt.deadline))).scalar_one()
     assert states == {"waiting": RUNS}
     wait_for(lambda: utcnow() > last_deadline, timeout=10)
     # When two sweeper processes start sweeping at the same moment
-    r = redis_client(int(os.environ["INTERLUDE_TEST_REDIS"].rsplit("/", 1)[1]))
+    r = redis.Redis.from_url(os.environ["INTERLUDE_TEST_REDIS"])
     sweepers = [
         subprocess.Popen(
             [sys.executable, "-c", SWEEPER, str(n)],
@@ -109,7 +107,6 @@ def test_two_sweepers_apply_each_policy_exactly_once(
     results = [p.communicate(timeout=240) for p in sweepers]
     assert [p.returncode for p in sweepers] == [0, 0], [err[-2000:] for _, err in results]
     handled = [int(out.split()[-1]) for out, _ in results]
-    print("swept", time.monotonic()-t0, handled)
     # Then between them they handled every due interrupt exactly once
     assert sum(handled) == RUNS, handled
     if backend == "postgresql":
@@ -133,8 +130,10 @@ def test_two_sweepers_apply_each_policy_exactly_once(
     # And no double escalation: each escalated run has one new interrupt, at level 1, notified once
     levels = _count(Interrupt.run_id, Interrupt.escalation_level, Interrupt.status)
     escalated = [run_id for run_id, policy in policy_of.items() if policy == "escalate"]
-    for run_id in escalated:
-        assert levels[run_id, 0, "expired"] == 1 and levels[run_id, 1, "pending"] == 1
+    chains: dict[str, list[tuple[int, str]]] = {}
+    for (run_id, level, status), n in sorted(levels.items()):
+        chains.setdefault(run_id, []).extend([(level, status)] * n)
+    assert [r for r in escalated if chains[r] != [(0, "expired"), (1, "pending")]] == []
     notices = Counter(
         n.decode().split(":")[0]
         for n in r.lrange(NOTIFIED, 0, -1)
@@ -151,7 +150,6 @@ def test_two_sweepers_apply_each_policy_exactly_once(
         timeout=120,
         interval=0.5,
     )
-    print("continued", time.monotonic()-t0)
     with transaction(readonly=True) as session:
         outputs = session.execute(select(Run.output).where(Run.id.in_(defaults))).scalars().all()
     assert {o["choice"] for o in outputs} == {"fallback"}
