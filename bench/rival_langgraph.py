@@ -1,0 +1,48 @@
+"""LangGraph with its PostgreSQL checkpointer: a three-node graph, runs one after another.
+
+Run with a Python that has langgraph and langgraph-checkpoint-postgres (not our dependencies):
+    python bench/rival_langgraph.py postgresql://postgres@127.0.0.1/DB RUNS  -> prints runs/s
+"""
+
+import sys
+import time
+import uuid
+from typing import TypedDict
+
+from langgraph.checkpoint.postgres import PostgresSaver
+from langgraph.graph import END, START, StateGraph
+
+
+class S(TypedDict):
+    trail: list
+
+
+def a(s):
+    return {"trail": ["first"]}
+
+
+def b(s):
+    return {"trail": s["trail"] + ["second"]}
+
+
+def c(s):
+    return {"trail": s["trail"] + ["third"]}
+
+
+g = StateGraph(S)
+g.add_node("a", a)
+g.add_node("b", b)
+g.add_node("c", c)
+g.add_edge(START, "a")
+g.add_edge("a", "b")
+g.add_edge("b", "c")
+g.add_edge("c", END)
+url = sys.argv[1]
+n = int(sys.argv[2])
+with PostgresSaver.from_conn_string(url) as saver:
+    saver.setup()
+    app = g.compile(checkpointer=saver)
+    t = time.perf_counter()
+    for _i in range(n):
+        app.invoke({"trail": []}, {"configurable": {"thread_id": uuid.uuid4().hex}})
+    print(f"{n / (time.perf_counter() - t):.1f}")
