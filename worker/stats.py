@@ -115,14 +115,18 @@ def _waiting_by_kind(session: Session) -> dict[str, int]:
 
 
 def _waiting_since(session: Session) -> tuple[datetime | None, datetime | None]:
-    """When the longest and the median wait began (a run waits since its oldest open interrupt)."""
+    """When the longest and the median wait began.
+
+    A run waits since the first interrupt of its current wait: escalations and renewed reviews
+    supersede an interrupt but keep the run's state version, so they do not restart the clock.
+    """
     since = (
         select(func.min(Interrupt.created_at).label("since"))
-        .join(Run, Run.id == Interrupt.run_id)
-        .where(
-            Interrupt.status == InterruptStatus.PENDING.value,
-            Run.state == RunState.WAITING.value,
+        .join(
+            Run,
+            (Run.id == Interrupt.run_id) & (Run.state_version == Interrupt.state_version),
         )
+        .where(Run.state == RunState.WAITING.value)
         .group_by(Interrupt.run_id)
         .subquery()
     )

@@ -33,6 +33,7 @@ def _run(session: Any, state: str) -> str:
         flow_version=1,
         input={},
         state=state,
+        state_version=1,
         next_step="only",
         created_at=now,
         updated_at=now,
@@ -42,7 +43,9 @@ def _run(session: Any, state: str) -> str:
     return run.id
 
 
-def _interrupt(session: Any, run_id: str, kind: str, age: float, status: str = "pending") -> None:
+def _interrupt(
+    session: Any, run_id: str, kind: str, age: float, status: str = "pending", version: int = 1
+) -> None:
     created = utcnow() - timedelta(seconds=age)
     session.add(
         Interrupt(
@@ -53,7 +56,7 @@ def _interrupt(session: Any, run_id: str, kind: str, age: float, status: str = "
             status=status,
             step="only",
             checkpoint_id="cp",
-            state_version=1,
+            state_version=version,
             flow_version=1,
             schema_name="approval",
             schema_version=1,
@@ -76,15 +79,17 @@ def _event(session: Any, run_id: str, trigger: str, detail: dict[str, Any]) -> N
 
 
 def test_figures_of_a_known_set_of_runs(db: str) -> None:
-    # Given four waiting runs (waiting 1000 s, 300 s, 200 s and 100 s), one of which also has
-    # an older superseded interrupt, a queued run, and runs resumed that ended in each way
+    # Given four runs waiting 1000 s, 300 s, 200 s and 100 s: the second one's first interrupt
+    # was escalated 50 s ago (the wait goes on), the fourth one waited once before (an older
+    # wait, at an earlier state version); a queued run, and resumed runs that ended each way
     with transaction() as session:
         w1, w2, w3, w4 = (_run(session, RunState.WAITING) for _ in range(4))
         _interrupt(session, w1, "approval", 1000)
-        _interrupt(session, w2, "approval", 300)
+        _interrupt(session, w2, "approval", 300, status="expired")
+        _interrupt(session, w2, "approval", 50)
         _interrupt(session, w3, "evidence", 200)
         _interrupt(session, w4, "repair", 100)
-        _interrupt(session, w4, "approval", 5000, status="superseded")
+        _interrupt(session, w4, "approval", 5000, status="resolved", version=0)
         _run(session, RunState.QUEUED)
         succeeded, failed = _run(session, RunState.SUCCEEDED), _run(session, RunState.FAILED)
         # Resume attempts: two accepted that finished, one accepted now waiting again (w1),
@@ -108,7 +113,7 @@ def test_figures_of_a_known_set_of_runs(db: str) -> None:
     # When the figures are collected
     stats = collect_stats()
 
-    # Then waits are counted by kind, ignoring the superseded interrupt
+    # Then waits are counted by the kind of what they wait on now, and aged from their start
     assert stats.waiting_runs == 4
     assert stats.waiting_by_kind == {
         **{kind.value: 0 for kind in InterruptKind},
