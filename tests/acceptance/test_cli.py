@@ -1,0 +1,379 @@
+"""The ``interlude`` command, driven through the real console script in a subprocess.
+
+Every verb runs against PostgreSQL and SQLite (the ``db`` fixture) with Redis and a real
+worker, so runs progress while the command inspects and resumes them.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from models.contracts import InterruptView
+from models.db import utcnow
+from tests.conftest import worker_env
+from tests.services import ROOT, WorkerProcess, wait_for
+from worker import add_actor, enqueue_run, get_run, list_resume_attempts
+
+INTERLUDE = Path(sys.executable).parent / "interlude"
+FINISHED = {"succeeded", "failed", "cancelled", "expired"}
+
+
+@dataclass(frozen=True)
+class Ran:
+    args: tuple[str, ...]
+    status: int
+    stdout: str
+    stderr: str
+
+    def json(self) -> Any:
+        return json.loads(self.stdout)
+
+
+class Cli:
+    """Runs ``interlude`` as an operator would, and keeps every output for the leak checks."""
+
+    def __init__(self, database_url: str) -> None:
+        self.env = worker_env(database_url)
+        self.env.pop("INTERLUDE_ACTOR_TOKEN", None)
+        self.history: list[Ran] = []
+
+    def run(self, *args: str, token: str | None = None) -> Ran:
+        env = dict(self.env)
+        if token is not None:
+            env["INTERLUDE_ACTOR_TOKEN"] = token
+        done = subprocess.run(
+            [str(INTERLUDE), *args],
+            cwd=ROOT,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        ran = Ran(args, done.returncode, done.stdout, done.stderr)
+        self.history.append(ran)
+        return ran
+
+    def ok(self, *args: str, token: str | None = None) -> Ran:
+        ran = self.run(*args, token=token)
+        assert ran.status == 0, f"{args} exited {ran.status}: {ran.stderr}{ran.stdout}"
+        return ran
+
+    def json(self, *args: str, token: str | None = None) -> Any:
+        return self.ok(*args, "--json", token=token).json()
+
+    def fails(self, status: int, *args: str, token: str | None = None) -> Ran:
+        """A failure: the expected status and exactly one clear line on stderr."""
+        ran = self.run(*args, token=token)
+        assert ran.status == status, f"{args} exited {ran.status}, not {status}: {ran.stderr}"
+        lines = ran.stderr.splitlines()
+        assert len(lines) == 1, f"{args} printed {len(lines)} lines on stderr: {ran.stderr}"
+        assert lines[0].startswith("interlude: error: "), lines[0]
+        assert "Traceback" not in ran.stderr + ran.stdout
+        return ran
+
+    def assert_secret_shown_only(self, secret: str, where: Ran | None = None) -> None:
+        for ran in self.history:
+            shown = secret in ran.stdout or secret in ran.stderr
+            if ran is where:
+                assert ran.stdout.count(secret) == 1 and secret not in ran.stderr
+            else:
+                assert not shown, f"the credential appeared in the output of {ran.args}"
+
+
+@pytest.fixture()
+def cli(db: str, shared_worker: WorkerProcess) -> Iterator[Cli]:
+    runner = Cli(db)
+    yield runner
+    # Whatever the test did, no credential reached the worker's log.
+    assert "ilc_" not in shared_worker.output()
+
+
+def waiting_on(run_id: str, kind: str | None = None) -> InterruptView:
+    def pending() -> InterruptView | None:
+        run = get_run(run_id)
+        found = [i for i in run.pending_interrupts if kind is None or i.kind == kind]
+        return found[0] if run.state == "waiting" and found else None
+
+    found: InterruptView = wait_for(pending, timeout=30)
+    return found
+
+
+def finished(run_id: str) -> str:
+    state: str = wait_for(lambda: get_run(run_id).state in FINISHED and get_run(run_id).state)
+    return state
+
+
+def write_json(path: Path, value: Any) -> str:
+    path.write_text(json.dumps(value), encoding="utf-8")
+    return str(path)
+
+
+def test_an_operator_resumes_through_every_outcome(cli: Cli, tmp_path: Path) -> None:
+    # Given a migrated database, two actors and a run of the approval flow that waits
+    assert cli.json("db", "upgrade")["revision"]
+    added = cli.ok("actors", "add", "alice", "--role", "approver", "--json")
+    alice = added.json()["credential"]
+    viewer = cli.ok("actors", "add", "vera", "--role", "viewer")
+    assert "will not be shown again" in viewer.stdout
+    (vera,) = [ln.split(": ", 1)[1] for ln in viewer.stdout.splitlines() if "credential:" in ln]
+    start = ("runs", "start", "approval", "--input", '{"env": "prod"}')
+    run_id = cli.json(*start, "--idempotency-key", "deploy-1", "--started-by", "ops")["run_id"]
+    assert cli.json(*start, "--idempotency-key", "deploy-1")["run_id"] == run_id
+    interrupt = waiting_on(run_id)
+
+    # When the operator looks at the runs and the work queue
+    listed = cli.json("runs", "list", "--state", "waiting")
+    people = cli.ok("runs", "list", "--flow", "approval", "--limit", "5").stdout
+    queue = cli.json("interrupts", "list", "--status", "pending", "--kind", "approval")
+    shown = cli.json("interrupts", "show", interrupt.id)
+    shown_text = cli.ok("interrupts", "show", interrupt.id).stdout
+
+    # Then the waiting run has an age and the interrupt shows what a resume must bind to
+    assert [r["id"] for r in listed] == [run_id] and listed[0]["waiting_seconds"] >= 0
+    assert run_id in people and "waiting " in people
+    assert [i["id"] for i in queue] == [interrupt.id]
+    template = shown["template"]
+    assert template["schema_version"] == "resume.v1"
+    assert template["checkpoint_id"] == interrupt.checkpoint_id
+    assert template["evidence_hash"] == interrupt.evidence_hash
+    assert template["scope"] == {"action": "deploy", "env": "prod"}
+    assert "comment" in shown["interrupt"]["json_schema"]["properties"]
+    assert shown["interrupt"]["roles"] == ["approver"]
+    for text in (interrupt.evidence_hash, "required input (JSON Schema)", "resume.v1", "approver"):
+        assert text in shown_text
+
+    # When refused resumes are submitted, each exits with its own status
+    as_alice = ("--actor", "alice", "--decision", "approved", "--yes")
+    resume = ("resume", interrupt.id)
+    malformed = write_json(
+        tmp_path / "malformed.json", {"schema_version": "resume.v0", "run_id": run_id}
+    )
+    cli.fails(10, "resume", "--contract", malformed, "--yes", token=alice)
+    cli.fails(11, *resume, *as_alice, token="ilc_not-the-credential")
+    mine = {**template, "actor": {"type": "human", "id": "alice"}}
+    stale = write_json(
+        tmp_path / "stale.json", {**mine, "scope": {"env": "staging"}, "idempotency_key": "s1"}
+    )
+    stale_run = cli.fails(12, "resume", "--contract", stale, "--yes", token=alice)
+    past = (utcnow() - timedelta(minutes=1)).isoformat()
+    expired = write_json(
+        tmp_path / "expired.json", {**mine, "expires_at": past, "idempotency_key": "e1"}
+    )
+    cli.fails(13, "resume", "--contract", expired, "--yes", token=alice)
+    cli.fails(14, *resume, "--actor", "vera", "--decision", "approved", "--yes", token=vera)
+    cli.fails(15, *resume, *as_alice, "--input", '{"amount_limit": "lots"}', token=alice)
+    cli.fails(3, "resume", "no-such-interrupt", *as_alice, token=alice)
+    assert "scope differs" in stale_run.stderr
+
+    # Then the right actor's resume is accepted once; the same key again is a duplicate
+    keyed = (*resume, *as_alice, "--input", '{"comment": "ship it"}', "--idempotency-key", "k1")
+    accepted = cli.json(*keyed, token=alice)
+    duplicate = cli.json(*keyed, token=alice)
+    assert (accepted["outcome"], accepted["exit_status"]) == ("accepted", 0)
+    assert (duplicate["outcome"], duplicate["original_outcome"]) == ("duplicate", "accepted")
+    assert finished(run_id) == "succeeded"
+    assert get_run(run_id).output["comment"] == "ship it"
+
+    # And the run's timeline shows every attempt, the transitions and who made them
+    story = cli.json("runs", "show", run_id)
+    story_text = cli.ok("runs", "show", run_id).stdout
+    outcomes = [a["outcome"] for a in story["resume_attempts"]]
+    assert outcomes == [
+        "malformed",
+        "unauthenticated",
+        "stale",
+        "expired",
+        "denied",
+        "invalid_input",
+        "accepted",
+        "duplicate",
+    ]
+    assert story["run"]["state"] == "succeeded"
+    assert ("human:alice", "accept_resume") in {(e["actor"], e["trigger"]) for e in story["events"]}
+    whats = [entry["what"] for entry in story["timeline"]]
+    assert "resume denied" in whats and "interrupt resolved" in whats
+    assert whats.index("resume accepted") < whats.index("complete running → succeeded")
+    for text in ("resume denied", "resume accepted", "interrupt resolved", "succeeded"):
+        assert text in story_text
+    assert {a.outcome for a in list_resume_attempts(run_id=run_id)} >= {"malformed"}
+
+    # And the credentials were shown once, when the actors were added, and never again
+    cli.assert_secret_shown_only(alice, where=added)
+    cli.assert_secret_shown_only(vera, where=viewer)
+
+
+def test_actor_roles_and_revocation(cli: Cli) -> None:
+    # Given an actor without the approver role and a waiting run
+    added = cli.ok("actors", "add", "bob", "--role", "viewer", "--json")
+    bob = added.json()["credential"]
+    interrupt = waiting_on(enqueue_run("approval", {"env": "qa"}))
+    resume = ("resume", interrupt.id, "--actor", "bob", "--decision", "rejected", "--yes")
+    cli.fails(14, *resume, token=bob)
+
+    # When the operator changes bob's roles, then revokes him
+    roles = cli.json("actors", "roles", "bob", "--role", "approver", "--role", "auditor")
+    listed = cli.json("actors", "list")
+    cli.json("actors", "revoke", "bob")
+    table = cli.ok("actors", "list").stdout
+
+    # Then the roles were replaced, the revocation shows, and his credential stops working
+    assert roles == {"id": "bob", "roles": ["approver", "auditor"]}
+    assert [(a["id"], a["roles"], a["revoked_at"]) for a in listed] == [
+        ("bob", ["approver", "auditor"], None)
+    ]
+    assert "bob" in table and "revoked" in table
+    cli.fails(11, *resume, token=bob)
+    cli.fails(3, "actors", "revoke", "nobody")
+    cli.fails(4, "actors", "add", "bob", "--role", "viewer")
+    cli.assert_secret_shown_only(bob, where=added)
+
+
+def test_renewed_review_keeps_the_input_and_effects_show_in_the_timeline(
+    cli: Cli, tmp_path: Path
+) -> None:
+    # Given a run that booked an effect and waits for a review of a document
+    secret = add_actor("rita", ["approver"])
+    document = tmp_path / "spec.txt"
+    document.write_text("revision 1", encoding="utf-8")
+    given = write_json(tmp_path / "input.json", {"document": str(document), "amount": 3})
+    run_id = cli.json("runs", "start", "cli_review", "--input", f"@{given}")["run_id"]
+    first = waiting_on(run_id, kind="evidence")
+    before = cli.ok("runs", "show", run_id).stdout
+    assert "effect applied" in before and "'book'" in before and "interrupt evidence" in before
+
+    # When the document changes while the run waits, and rita resumes what she saw
+    document.write_text("revision 2", encoding="utf-8")
+    review = ("--actor", "rita", "--decision", "approved", "--yes", "--json")
+    verdict = '{"verdict": "fine"}'
+    renewed = cli.fails(16, "resume", first.id, *review, "--input", verdict, token=secret)
+
+    # Then the review is renewed: a new interrupt keeps her input for the second look
+    new_id = renewed.json()["new_interrupt_id"]
+    assert new_id and new_id in renewed.stderr
+    again = cli.json("interrupts", "show", new_id)
+    assert again["interrupt"]["previous_input"] == {"verdict": "fine", "note": ""}
+    assert again["interrupt"]["supersedes"] == first.id
+    assert again["template"]["input"] == {"verdict": "fine", "note": ""}
+    superseded = cli.json("interrupts", "list", "--run", run_id, "--status", "superseded")
+    assert [i["id"] for i in superseded] == [first.id]
+
+    # When she resumes the new interrupt, the run finishes and the effect ran once
+    cli.json("resume", new_id, *review, "--input", verdict, token=secret)
+    assert finished(run_id) == "succeeded"
+    story = cli.json("runs", "show", run_id)
+    assert [(e["name"], e["status"]) for e in story["effects"]] == [("book", "applied")]
+    assert [i["status"] for i in story["interrupts"]] == ["superseded", "resolved"]
+    assert [a["outcome"] for a in story["resume_attempts"]] == [
+        "renewed_review_required",
+        "accepted",
+    ]
+    cli.assert_secret_shown_only(secret)
+
+
+def test_pause_and_cancel(cli: Cli) -> None:
+    # Given a waiting run whose operator asks it to pause
+    secret = add_actor("dave", ["approver"])
+    run_id = enqueue_run("approval", {"env": "prod"})
+    interrupt = waiting_on(run_id)
+    paused = cli.json("runs", "pause", run_id, "--actor", "ops")
+    assert paused == {"run_id": run_id, "pause_requested_by": "ops"}
+
+    # When it is resumed, it stops at its next step boundary with an operator interrupt
+    released = cli.ok(
+        "resume", interrupt.id, "--actor", "dave", "--decision", "approved", "--yes", token=secret
+    )
+    assert "accepted" in released.stdout
+    operator = waiting_on(run_id, kind="operator")
+    queue = cli.json("interrupts", "list", "--kind", "operator")
+    assert [(i["id"], i["run_id"]) for i in queue] == [(operator.id, run_id)]
+
+    # And when it is cancelled, its pending interrupt is closed and it cannot be cancelled again
+    cancelled = cli.json("runs", "cancel", run_id, "--actor", "ops", "--reason", "not needed")
+    assert cancelled["state"] == "cancelled"
+    closed = cli.json("interrupts", "list", "--run", run_id, "--status", "cancelled")
+    assert [i["id"] for i in closed] == [operator.id]
+    cli.fails(4, "runs", "cancel", run_id, "--actor", "ops")
+    cli.fails(4, "runs", "pause", run_id, "--actor", "ops")
+
+    # Then what does not exist exits 3, with one line
+    cli.fails(3, "runs", "show", "no-such-run")
+    cli.fails(3, "interrupts", "show", "no-such-interrupt")
+    cli.assert_secret_shown_only(secret)
+
+
+def test_sweep_and_reap_run_once_now(cli: Cli) -> None:
+    # Given a run whose interrupt deadline passes while nobody answers
+    run_id = enqueue_run("approval", {"expires_in": 0.5})
+    interrupt = waiting_on(run_id)
+    wait_for(lambda: utcnow() > interrupt.deadline + timedelta(milliseconds=100))
+
+    # When the operator sweeps once, and reaps once
+    swept = cli.json("sweep")
+    reaped = cli.json("reap")
+    again = cli.ok("sweep").stdout
+
+    # Then the expiry policy was applied to the interrupt, and nothing else was due
+    assert swept == {"handled": 1}
+    assert get_run(run_id).state == "expired"
+    assert reaped == {"handled": 0}
+    assert "0 expired interrupts handled" in again
+    expired = cli.json("interrupts", "list", "--status", "expired")
+    assert [i["id"] for i in expired] == [interrupt.id]
+
+
+def test_bad_input_is_refused_before_anything_is_read_or_written(tmp_path: Path) -> None:
+    # These fail on their arguments alone (no database is reached), so they run once.
+    # Pure argparse refusals are checked in-process by tests/unit/test_cli_format.py.
+    cli = Cli(f"sqlite:///{tmp_path / 'untouched.db'}")
+    contract = write_json(tmp_path / "contract.json", {"schema_version": "resume.v1"})
+    resume = ("resume", "some-interrupt", "--actor", "alice", "--decision", "approved")
+    unconfirmed = cli.fails(5, "resume", "--contract", contract, token="ilc_given")
+    no_credential = cli.fails(2, "resume", "--contract", contract, "--yes")
+    bad_json = cli.fails(2, *resume, "--yes", "--input", "{not json", token="ilc_given")
+    not_object = cli.fails(2, *resume, "--yes", "--input", "[1]", token="ilc_given")
+    both = cli.fails(2, "resume", "--contract", contract, "some-interrupt", "--yes")
+    half = cli.fails(2, "resume", "some-interrupt", "--actor", "alice", "--yes")
+    cli.fails(2, "runs", "start", "approval", "--input", "[1")
+    missing_file = cli.fails(2, "runs", "start", "approval", "--input", "@/no/such/file.json")
+    cli.fails(3, "runs", "start", "no_such_flow")
+    cli.fails(2, "runs", "list", "--state", "sleeping")
+    cli.fails(2, "interrupts", "list", "--kind", "sleeping")
+    cli.fails(2, "actors", "add", "no spaces!", "--role", "viewer")
+    assert "--yes" in unconfirmed.stderr
+    assert "INTERLUDE_ACTOR_TOKEN" in no_credential.stderr
+    assert "--input is not valid JSON" in bad_json.stderr
+    assert "must be a JSON object" in not_object.stderr
+    assert "cannot be combined with INTERRUPT_ID" in both.stderr
+    assert "--decision" in half.stderr
+    assert "/no/such/file.json" in missing_file.stderr
+    assert not (tmp_path / "untouched.db").exists()
+
+
+def test_help_on_the_command_and_the_operations_verbs(tmp_path: Path) -> None:
+    # The other verbs' --help is checked in-process by tests/unit/test_cli_format.py.
+    env = worker_env(f"sqlite:///{tmp_path / 'unused.db'}")
+    for args in ([], ["metrics"], ["resume"]):
+        done = subprocess.run(
+            [str(INTERLUDE), *args, "--help"],
+            cwd=ROOT,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.startswith("usage: interlude"), done.stdout
+        if not args:
+            for status in ("10", "11", "12", "13", "14", "15", "16", "bad input", "not found"):
+                assert status in done.stdout
