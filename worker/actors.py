@@ -17,6 +17,7 @@ from models.errors import ActorError
 from models.tables import Actor
 
 ACTOR_ID = re.compile(r"^[A-Za-z0-9_.@:\-]{1,200}$")
+ROLE = re.compile(r"^[A-Za-z0-9_.:\-]{1,100}$")
 CREDENTIAL_PREFIX = "ilc_"
 # Compared against when the actor does not exist, so that timing does not tell who exists.
 _ABSENT_HASH = "sha256$" + "0" * 64
@@ -24,21 +25,29 @@ _ABSENT_HASH = "sha256$" + "0" * 64
 
 def hash_credential(credential: str) -> str:
     # Credentials are 256-bit random tokens, so a fast hash is enough; no salt is needed.
-    return "sha256$" + hashlib.sha256(credential.encode()).hexdigest()
+    # surrogatepass: whatever string a caller submits hashes instead of raising.
+    digest = hashlib.sha256(credential.encode("utf-8", "surrogatepass")).hexdigest()
+    return "sha256$" + digest
 
 
-def _roles(roles: list[str] | tuple[str, ...]) -> list[str]:
-    cleaned = sorted({r.strip() for r in roles if isinstance(r, str) and r.strip()})
+def _roles(actor_id: str, roles: list[str] | tuple[str, ...]) -> list[str]:
+    # A bare string is iterable too: "approver" must not become the roles a, e, o, p, r, v.
+    if isinstance(roles, str) or not all(isinstance(r, str) for r in roles):
+        raise ActorError(actor_id=actor_id, detail="roles must be a list of strings")
+    cleaned = sorted({r.strip() for r in roles if r.strip()})
     if not cleaned:
-        raise ActorError(actor_id="?", detail="at least one role is required")
+        raise ActorError(actor_id=actor_id, detail="at least one role is required")
+    bad = [r for r in cleaned if not ROLE.fullmatch(r)]
+    if bad:
+        raise ActorError(actor_id=actor_id, detail=f"role {bad[0]!r} is not a valid name")
     return cleaned
 
 
 def add_actor(actor_id: str, roles: list[str] | tuple[str, ...]) -> str:
     """Create a responder and return its credential: the only time it is ever shown."""
-    if not ACTOR_ID.match(actor_id):
+    if not isinstance(actor_id, str) or not ACTOR_ID.fullmatch(actor_id):
         raise ActorError(actor_id=actor_id, detail="id may only hold letters, digits and ._@:-")
-    role_list = _roles(roles)
+    role_list = _roles(actor_id, roles)
     credential = CREDENTIAL_PREFIX + secrets.token_urlsafe(32)
     try:
         with transaction() as session:
@@ -70,7 +79,7 @@ def revoke_actor(actor_id: str) -> None:
 
 
 def set_actor_roles(actor_id: str, roles: list[str] | tuple[str, ...]) -> None:
-    role_list = _roles(roles)
+    role_list = _roles(actor_id, roles)
     with transaction() as session:
         _load(session, actor_id).roles = role_list
 

@@ -69,12 +69,12 @@ def submit_resume(
 
     Never raises for anything a caller submits: every refusal is a recorded ``ResumeResult``.
     """
-    payload, problem = _payload(contract)
+    payload, fields, problem = _payload(contract)
     attempt = _Attempt(payload, None, None, None, None)
-    if isinstance(payload, dict):
-        attempt.run_id = _short_str(payload.get("run_id"))
-        attempt.interrupt_id = _short_str(payload.get("interrupt_id"))
-        actor = payload.get("actor")
+    if isinstance(fields, dict):
+        attempt.run_id = _short_str(fields.get("run_id"))
+        attempt.interrupt_id = _short_str(fields.get("interrupt_id"))
+        actor = fields.get("actor")
         attempt.actor_id = _short_str(actor.get("id")) if isinstance(actor, dict) else None
     if problem is not None:
         return _record(attempt, ResumeOutcome.MALFORMED, problem)
@@ -396,25 +396,25 @@ def _canonical(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
 
 
-def _payload(contract: Any) -> tuple[Any, str | None]:
-    """What was submitted as storable JSON, and why it cannot be a contract (None if it can).
+def _payload(contract: Any) -> tuple[Any, Any, str | None]:
+    """What was submitted: as storable JSON, as the fields to read ids from, and why it cannot
+    be a contract (None if it can).
 
     Anything at all may be submitted, so every failure here becomes a reason, never an error.
     """
     try:
         text = json.dumps(to_jsonable_python(contract), allow_nan=False)
     except Exception as exc:
-        return {"unparseable": _storable(_repr(contract))}, f"contract is not JSON: {exc}"[:300]
-    if len(text) > MAX_PAYLOAD_CHARS:
-        return (
-            {"truncated": _storable(text[:MAX_PAYLOAD_CHARS])},
-            f"contract is larger than {MAX_PAYLOAD_CHARS} characters",
-        )
+        unparseable = {"unparseable": _storable(_repr(contract))}
+        return unparseable, None, f"contract is not JSON: {exc}"[:300]
     data = json.loads(text)
     stored = _storable(data)
+    if len(text) > MAX_PAYLOAD_CHARS:
+        truncated = {"truncated": _storable(text[:MAX_PAYLOAD_CHARS])}
+        return truncated, stored, f"contract is larger than {MAX_PAYLOAD_CHARS} characters"
     if stored != data:
-        return stored, "contract holds NUL or unpaired surrogate characters"
-    return data, None
+        return stored, stored, "contract holds NUL or unpaired surrogate characters"
+    return data, data, None
 
 
 def _repr(value: Any) -> str:
