@@ -74,3 +74,35 @@ def test_the_demo_tells_the_procurement_story_and_cleans_up(tmp_path: Path) -> N
     second = run_demo(tmp_path)
     assert second.returncode == 0, second.stdout + second.stderr
     assert "finished" in second.stdout
+
+
+def test_the_demo_stops_its_worker_when_the_story_fails(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from worker import demo
+    from worker.app import app
+
+    # Given a demo whose story breaks once its real worker is running
+    started: list[subprocess.Popen[bytes]] = []
+    start = demo._start_worker
+
+    def start_and_remember(env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+        started.append(start(env, log))
+        return started[-1]
+
+    def broken_story(settings: object) -> None:
+        raise RuntimeError("the story broke")
+
+    monkeypatch.setattr(demo, "_start_worker", start_and_remember)
+    monkeypatch.setattr(demo, "_story", broken_story)
+    monkeypatch.chdir(tmp_path)
+    broker_before = (os.environ.get("INTERLUDE_BROKER_URL"), app.conf.broker_url)
+
+    # When it runs
+    status = demo.run_demo()
+
+    # Then it fails with one line, its worker is stopped, and this process is as it was
+    assert status == 1
+    assert "interlude demo failed: RuntimeError: the story broke" in capsys.readouterr().err
+    assert len(started) == 1 and started[0].poll() is not None
+    assert (os.environ.get("INTERLUDE_BROKER_URL"), app.conf.broker_url) == broker_before
