@@ -7,8 +7,11 @@ worker, so runs progress while the command inspects and resumes them.
 from __future__ import annotations
 
 import json
+import signal
+import socket
 import subprocess
 import sys
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import timedelta
@@ -207,6 +210,14 @@ def test_an_operator_resumes_through_every_outcome(cli: Cli, tmp_path: Path) -> 
         assert text in story_text
     assert {a.outcome for a in list_resume_attempts(run_id=run_id)} >= {"malformed"}
 
+    # And the statistics count each outcome
+    stats = cli.json("stats")
+    stats_text = cli.ok("stats").stdout
+    assert stats["resume_attempts"]["denied"] == 1
+    assert stats["resume_attempts"]["accepted"] == 1
+    assert stats["waiting_runs"] == 0
+    assert "resume_attempts.stale" in stats_text
+
     # And the credentials were shown once, when the actors were added, and never again
     cli.assert_secret_shown_only(alice, where=added)
     cli.assert_secret_shown_only(vera, where=viewer)
@@ -329,6 +340,47 @@ def test_sweep_and_reap_run_once_now(cli: Cli) -> None:
     assert "0 expired interrupts handled" in again
     expired = cli.json("interrupts", "list", "--status", "expired")
     assert [i["id"] for i in expired] == [interrupt.id]
+
+
+def test_metrics_are_served_until_interrupted(cli: Cli) -> None:
+    # Given a waiting run and the exporter started on a free port
+    waiting_on(enqueue_run("approval", {"env": "qa"}))
+    port = free_port()
+    exporter = subprocess.Popen(
+        [str(INTERLUDE), "metrics", "--port", str(port)],
+        cwd=ROOT,
+        env=cli.env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        # When Prometheus scrapes it
+        page = wait_for(lambda: scrape(port), timeout=30)
+    finally:
+        # Then Ctrl-C stops it cleanly
+        exporter.send_signal(signal.SIGINT)
+        stdout, stderr = exporter.communicate(timeout=30)
+    assert 'interlude_waiting_runs{kind="approval"} 1.0' in page
+    assert exporter.returncode == 0, stderr
+    assert stdout == "" and "Traceback" not in stderr
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+def scrape(port: int) -> str | None:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as answer:
+            text: str = answer.read().decode()
+            return text
+    except OSError:
+        return None
 
 
 def test_bad_input_is_refused_before_anything_is_read_or_written(tmp_path: Path) -> None:

@@ -76,15 +76,17 @@ def _stats(args: argparse.Namespace, out: Output) -> int:
         out.json(data)
         return OK
     # Rendered generically: the statistics' fields belong to worker.stats.
-    out.table(["figure", "value"], [(k, _figure(k, v)) for k, v in flatten(data)], title="stats")
+    out.table(["figure", "value"], _figures(data), title="stats")
     return OK
 
 
 def _metrics(args: argparse.Namespace, out: Output) -> int:
     serve = _function("worker.stats", "serve_metrics", "metrics")
-    note(f"serving Prometheus metrics on http://0.0.0.0:{args.port}/metrics (Ctrl-C stops)")
+    note(f"serving Prometheus metrics on port {args.port} at /metrics (Ctrl-C stops)")
     try:
         serve(args.port)
+    except KeyboardInterrupt:
+        return OK  # Ctrl-C is how a foreground exporter is meant to stop
     except OSError as exc:
         raise CliError(
             f"cannot serve on port {args.port}: {exc.strerror or exc}", FAILURE
@@ -121,13 +123,22 @@ def _result(out: Output, key: str, result: Any, label: str) -> None:
     if out.as_json:
         out.json({key: data} if not isinstance(data, dict) else data)
     elif isinstance(data, dict):
-        out.table(["figure", "value"], [(k, _figure(k, v)) for k, v in flatten(data)])
+        out.table(["figure", "value"], _figures(data))
     else:
         out.line(f"{data} {label}")
 
 
-def _figure(key: str, value: Any) -> str:
-    # Ages are easier to read as 3h12m than as 11520.0 seconds.
-    if isinstance(value, int | float) and not isinstance(value, bool) and "age" in key:
-        return format_age(value)
-    return compact(value) if not isinstance(value, str) else value
+def _figures(data: Any) -> list[tuple[str, str]]:
+    """Every field of a result of unknown shape as a (name, value) row, values for people."""
+    rows = []
+    for key, value in flatten(data):
+        # Ages are easier to read as 3h12m than as 11520.0 seconds, rates as percentages.
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            if "age" in key:
+                rows.append((key.removesuffix("_seconds"), format_age(value)))
+                continue
+            if "rate" in key:
+                rows.append((key, f"{value:.1%}"))
+                continue
+        rows.append((key, value if isinstance(value, str) else compact(value)))
+    return rows

@@ -1,0 +1,260 @@
+"""The command's parts that need no services: ages, tables, exit statuses, parsing, templates."""
+
+from __future__ import annotations
+
+import argparse
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from models.contracts import (
+    EventView,
+    InterruptView,
+    ResumeAttemptView,
+    ResumeContract,
+    evidence_hash,
+)
+from models.enums import ResumeOutcome
+from models.errors import (
+    ActorError,
+    ConfigurationError,
+    InterruptNotFoundError,
+    InvalidInputError,
+    InvalidTransitionError,
+    RunNotFoundError,
+    StaleStateError,
+    UnknownFlowError,
+)
+from worker.cli import build_parser, main
+from worker.cli.exits import EPILOG, RESUME_EXIT, status_of
+from worker.cli.interrupts import contract
+from worker.cli.output import Output, compact, flatten, format_age, jsonable, until
+from worker.cli.timeline import timeline
+
+NOW = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
+
+
+@pytest.mark.parametrize(
+    ("seconds", "shown"),
+    [
+        (-5, "0s"),
+        (0, "0s"),
+        (59.9, "59s"),
+        (60, "1m00s"),
+        (245, "4m05s"),
+        (3600, "1h00m"),
+        (3 * 3600 + 12 * 60 + 30, "3h12m"),
+        (2 * 86400 + 4 * 3600 + 59, "2d04h"),
+    ],
+)
+def test_ages_read_like_people_say_them(seconds: float, shown: str) -> None:
+    assert format_age(seconds) == shown
+
+
+def test_deadlines_read_as_ahead_or_overdue_and_naive_times_are_utc() -> None:
+    assert until(NOW + timedelta(minutes=59), now=NOW) == "in 59m00s"
+    assert until(NOW - timedelta(seconds=190), now=NOW) == "overdue 3m10s"
+    # SQLite hands back naive datetimes; they mean UTC.
+    assert until(NOW.replace(tzinfo=None) + timedelta(hours=2), now=NOW) == "in 2h00m"
+    assert jsonable({"at": NOW.replace(tzinfo=None)}) == {"at": "2030-01-01T12:00:00+00:00"}
+
+
+def test_results_of_unknown_shape_flatten_to_dotted_names() -> None:
+    assert flatten({"a": 1, "b": {"c": 2, "d": {"e": None}}, "f": {}}) == [
+        ("a", 1),
+        ("b.c", 2),
+        ("b.d.e", None),
+        ("f", {}),
+    ]
+    assert flatten(7) == [("value", 7)]
+    cut = compact({"k": "x" * 200}, limit=20)
+    assert len(cut) == 20 and cut.startswith('{"k": "xx') and cut.endswith("…")
+    assert compact(None) == "-"
+
+
+def test_tables_keep_text_literal_and_drop_trailing_blanks(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    Output().table(["name", "note"], [("[bold]x[/bold]", "a"), ("y", "a much longer note")])
+    lines = capsys.readouterr().out.splitlines()
+    assert "[bold]x[/bold]" in lines[2]
+    assert all(line == line.rstrip() for line in lines)
+    assert lines[2].index("a") == lines[3].index("a much")
+
+
+def test_every_refused_outcome_has_its_own_status_and_is_documented() -> None:
+    assert set(RESUME_EXIT) == set(ResumeOutcome)
+    assert RESUME_EXIT[ResumeOutcome.ACCEPTED] == RESUME_EXIT[ResumeOutcome.DUPLICATE] == 0
+    refused = [status for outcome, status in RESUME_EXIT.items() if status]
+    assert len(refused) == len(set(refused)) == len(ResumeOutcome) - 2
+    assert not set(refused) & {0, 1, 2, 3, 4, 5}
+    for outcome, status in RESUME_EXIT.items():
+        if status:
+            assert f"{status:<3} resume refused: {outcome.value}" in EPILOG
+
+
+@pytest.mark.parametrize(
+    ("error", "status"),
+    [
+        (RunNotFoundError(run_id="r"), 3),
+        (InterruptNotFoundError(interrupt_id="i"), 3),
+        (UnknownFlowError(flow="f", known="none"), 3),
+        (ActorError(actor_id="a", detail="no such actor"), 3),
+        (InvalidTransitionError(run_id="r", trigger="cancel", found="succeeded"), 4),
+        (StaleStateError(run_id="r", expected="a", found="b"), 4),
+        (ActorError(actor_id="a", detail="already exists"), 4),
+        (ActorError(actor_id="a", detail="at least one role is required"), 2),
+        (InvalidInputError(detail="x"), 2),
+        (ConfigurationError(detail="x"), 1),
+    ],
+)
+def test_errors_map_to_exit_statuses(error: Exception, status: int) -> None:
+    assert status_of(error) == status  # type: ignore[arg-type]
+
+
+def _verbs(parser: argparse.ArgumentParser, path: list[str]) -> list[list[str]]:
+    found = []
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                found += _verbs(sub, [*path, name])
+    return found or [path]
+
+
+def test_every_verb_has_help(capsys: pytest.CaptureFixture[str]) -> None:
+    verbs = _verbs(build_parser(), [])
+    assert {" ".join(v) for v in verbs} == {
+        *(f"runs {v}" for v in ("start", "list", "show", "cancel", "pause")),
+        "interrupts list",
+        "interrupts show",
+        "resume",
+        *(f"actors {v}" for v in ("add", "list", "revoke", "roles")),
+        "db upgrade",
+        *("sweep", "reap", "stats", "metrics", "demo"),
+    }
+    for verb in verbs:
+        assert main([*verb, "--help"]) == 0
+        out = capsys.readouterr().out
+        assert out.startswith(f"usage: interlude {' '.join(verb)}"), out
+        if verb not in (["metrics"], ["demo"]):
+            assert "--json" in out, verb
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        [],
+        ["runs"],
+        ["runs", "cancel", "r1"],
+        ["runs", "list", "--limit", "0"],
+        ["resume", "i1", "--decision", "maybe"],
+        ["resume", "--contract", "f.json", "--expires-in", "-5"],
+        ["actors", "add", "carol"],
+        ["metrics", "--port", "70000"],
+        ["nonsense"],
+    ],
+)
+def test_a_bad_command_line_is_one_line_and_status_2(
+    argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(argv) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert len(captured.err.splitlines()) == 1
+    assert captured.err.startswith("interlude: error: interlude")
+    assert "--help" in captured.err
+
+
+def _interrupt(**fields: object) -> InterruptView:
+    values: dict[str, object] = {
+        "id": "i" * 32,
+        "run_id": "r" * 32,
+        "name": "approve",
+        "kind": "approval",
+        "status": "pending",
+        "reason": "",
+        "step": "gate",
+        "checkpoint_id": "c" * 32,
+        "state_version": 4,
+        "flow_version": 1,
+        "schema_name": "approval",
+        "schema_version": 1,
+        "json_schema": {},
+        "roles": ["approver"],
+        "scope": {"env": "prod"},
+        "evidence": {"diff": "v1"},
+        "evidence_hash": evidence_hash({"diff": "v1"}),
+        "separate_from_starter": False,
+        "deadline": NOW,
+        "on_expiry": "expire",
+        "escalation": None,
+        "escalation_level": 0,
+        "default_input": None,
+        "supersedes": None,
+        "superseded_by": None,
+        "previous_input": None,
+        "decision": None,
+        "resume_input": None,
+        "resolved_by": None,
+        "created_at": NOW,
+        "resolved_at": None,
+    }
+    values.update(fields)
+    return InterruptView.model_validate(values)
+
+
+def test_the_contract_is_bound_to_what_the_interrupt_shows() -> None:
+    interrupt = _interrupt()
+    built = contract(interrupt, actor_id="alice", decision="rejected", input={"comment": "no"})
+    parsed = ResumeContract.model_validate(built)
+    assert (parsed.run_id, parsed.checkpoint_id, parsed.interrupt_id) == (
+        interrupt.run_id,
+        interrupt.checkpoint_id,
+        interrupt.id,
+    )
+    assert parsed.scope == {"env": "prod"}
+    assert parsed.evidence_hash == interrupt.evidence_hash
+    assert parsed.expires_at > datetime.now(UTC)
+    # Two contracts built without a key never share one.
+    assert contract(interrupt, actor_id="a")["idempotency_key"] != built["idempotency_key"]
+    # A renewed review offers the input given before.
+    renewed = _interrupt(previous_input={"comment": "yes"}, default_input={"comment": "d"})
+    assert contract(renewed, actor_id="a")["input"] == {"comment": "yes"}
+    assert contract(_interrupt(default_input={"comment": "d"}), actor_id="a")["input"] == {
+        "comment": "d"
+    }
+
+
+def test_the_timeline_is_chronological_and_causal_within_a_moment() -> None:
+    interrupt = _interrupt(
+        created_at=NOW, resolved_at=NOW + timedelta(seconds=5), status="resolved"
+    )
+    interrupt = interrupt.model_copy(update={"decision": "approved", "resolved_by": "alice"})
+    attempt = ResumeAttemptView(
+        id=1,
+        at=NOW + timedelta(seconds=5),
+        run_id=interrupt.run_id,
+        interrupt_id=interrupt.id,
+        actor_id="alice",
+        idempotency_key="k",
+        outcome="accepted",
+        reason="approved by human:alice",
+        payload={},
+    )
+    event = EventView(
+        id=9,
+        at=(NOW + timedelta(seconds=5)).replace(tzinfo=None),
+        actor="human:alice",
+        trigger="accept_resume",
+        from_state="waiting",
+        to_state="resuming",
+        detail={},
+    )
+    entries = timeline([], [event], [], [interrupt], [attempt])
+    assert [e.what for e in entries] == [
+        "interrupt approval",
+        "accept_resume waiting → resuming",
+        "interrupt resolved",
+        "resume accepted",
+    ]
+    assert entries[2].actor == "alice"
