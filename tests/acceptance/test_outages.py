@@ -1,0 +1,178 @@
+"""Redis stopped and PostgreSQL restarted under 100 runs: every run finishes, once.
+
+Both outages hit private servers started for the test (never the machine's shared ones).
+Redis runs without persistence, so its restart loses every message it held: the runs rows
+are the outbox and our reaper republishes what was lost.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy import Engine, create_engine, func, select
+
+from models.migrate import upgrade
+from models.tables import Checkpoint, Effect, Event, Run
+from tests.acceptance.private_services import PrivatePostgres, PrivateRedis
+from tests.flows.effects import applied
+from tests.services import ROOT, WorkerProcess, wait_for
+
+RUNS = 100
+OUTAGE_SECONDS = 3.0
+# Short leases and a quick reaper, so that recovery is a matter of seconds.
+RECOVERY_ENV = {
+    "INTERLUDE_LEASE_SECONDS": "5",
+    "INTERLUDE_REDISPATCH_AFTER": "2",
+    "INTERLUDE_REAP_INTERVAL": "0.5",
+}
+
+
+@pytest.fixture()
+def private_redis(tmp_path: Path) -> Iterator[PrivateRedis]:
+    server = PrivateRedis(tmp_path).start()
+    yield server
+    server.stop()
+
+
+def _enqueue(env: dict[str, str], count: int) -> list[str]:
+    """Start runs from another process, which publishes to the private broker."""
+    code = (
+        "import json, sys\n"
+        "from worker import enqueue_run\n"
+        "ids = [enqueue_run('effect_steady', {'sleep': 0.03}) for _ in range(int(sys.argv[1]))]\n"
+        "print(json.dumps(ids))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(count)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr.decode()[-3000:]
+    run_ids: list[str] = json.loads(done.stdout.decode().strip().splitlines()[-1])
+    return run_ids
+
+
+def _succeeded(engine: Engine, run_ids: list[str]) -> int:
+    try:
+        with engine.connect() as conn:
+            return int(
+                conn.execute(
+                    select(func.count())
+                    .select_from(Run)
+                    .where(Run.id.in_(run_ids), Run.state == "succeeded")
+                ).scalar_one()
+            )
+    except Exception:
+        return -1  # the database is the one restarting
+
+
+def _assert_each_run_finished_once(engine: Engine, run_ids: list[str]) -> None:
+    with engine.connect() as conn:
+        states = dict(conn.execute(select(Run.id, Run.state).where(Run.id.in_(run_ids))).all())
+        seqs: dict[str, list[int]] = {run_id: [] for run_id in run_ids}
+        for run_id, seq in conn.execute(
+            select(Checkpoint.run_id, Checkpoint.seq)
+            .where(Checkpoint.run_id.in_(run_ids))
+            .order_by(Checkpoint.run_id, Checkpoint.seq)
+        ):
+            seqs[run_id].append(seq)
+        commits = dict(
+            conn.execute(
+                select(Event.run_id, func.count())
+                .where(Event.run_id.in_(run_ids), Event.trigger.in_(["advance", "complete"]))
+                .group_by(Event.run_id)
+            ).all()
+        )
+        effects = dict(
+            conn.execute(
+                select(Effect.run_id, Effect.status).where(Effect.run_id.in_(run_ids))
+            ).all()
+        )
+        outputs = dict(conn.execute(select(Run.id, Run.output).where(Run.id.in_(run_ids))).all())
+    # None lost: every run is there and succeeded
+    assert len(states) == RUNS
+    assert set(states.values()) == {"succeeded"}
+    for run_id in run_ids:
+        # None duplicated: checkpoints 0..3 once each, three step commits, the effect once
+        assert seqs[run_id] == [0, 1, 2, 3], run_id
+        assert commits[run_id] == 3, run_id
+        assert effects[run_id] == "applied", run_id
+        assert applied(run_id) == 1, run_id
+        assert outputs[run_id]["trail"] == ["one", "two", "three"]
+
+
+def _outage_mid_way(
+    engine: Engine, run_ids: list[str], stop: Callable[[], None], start: Callable[[], None]
+) -> None:
+    """Wait until the runs are part-way done, take the service down for a while, bring it up."""
+    wait_for(lambda: _succeeded(engine, run_ids) >= RUNS // 10, timeout=60)
+    stop()
+    done_at_outage = _succeeded(engine, run_ids)
+    time.sleep(OUTAGE_SECONDS)
+    start()
+    # The outage really was mid-way (the check is meaningless if everything was done)
+    assert done_at_outage < RUNS, "every run finished before the outage"
+
+
+def test_redis_stopped_mid_way_through_100_runs(
+    db: str,
+    start_worker: Callable[..., WorkerProcess],
+    private_redis: PrivateRedis,
+    tmp_path: Path,
+) -> None:
+    env = {"INTERLUDE_BROKER_URL": private_redis.url(), **RECOVERY_ENV}
+    start_worker("-c", "2", **env)
+    start_worker("-s", str(tmp_path / "beat-schedule"), kind="beat", **env)
+    run_ids = _enqueue(dict(os.environ, **env), RUNS)
+    engine = create_engine(db)
+    try:
+        # When Redis disappears for a few seconds while the runs are part-way through
+        _outage_mid_way(engine, run_ids, private_redis.stop, private_redis.start)
+        # Then every run finishes, none lost and none done twice
+        wait_for(lambda: _succeeded(engine, run_ids) == RUNS, timeout=120, interval=0.5)
+        _assert_each_run_finished_once(engine, run_ids)
+    finally:
+        engine.dispose()
+
+
+def test_postgresql_restarted_mid_way_through_100_runs(
+    logs_dir: Path, private_redis: PrivateRedis, tmp_path: Path
+) -> None:
+    server = PrivatePostgres().init()
+    workers: list[WorkerProcess] = []
+    try:
+        server.start()
+        upgrade(server.url)
+        env = dict(
+            os.environ,
+            INTERLUDE_DATABASE_URL=server.url,
+            INTERLUDE_BROKER_URL=private_redis.url(),
+            **RECOVERY_ENV,
+        )
+        workers.append(WorkerProcess(env, logs_dir, "-c", "2").start())
+        workers.append(
+            WorkerProcess(env, logs_dir, "-s", str(tmp_path / "beat-schedule"), kind="beat").start()
+        )
+        run_ids = _enqueue(env, RUNS)
+        engine = create_engine(server.url, pool_pre_ping=True)
+        try:
+            # When PostgreSQL goes down for a few seconds while the runs are part-way through
+            _outage_mid_way(engine, run_ids, server.stop, server.start)
+            # Then every run finishes, none lost and none done twice
+            wait_for(lambda: _succeeded(engine, run_ids) == RUNS, timeout=120, interval=0.5)
+            _assert_each_run_finished_once(engine, run_ids)
+        finally:
+            engine.dispose()
+    finally:
+        for worker in workers:
+            worker.stop()
+        server.remove()
