@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -20,6 +21,8 @@ if TYPE_CHECKING:
     from worker.effects import LedgerEntry
 
 T = TypeVar("T")
+# Interrupt names are stable across re-executions; they key the answer at a checkpoint.
+MAX_INTERRUPT_NAME = 200
 
 
 @dataclass(frozen=True)
@@ -127,7 +130,8 @@ class StepContext:
             return None
         value: BaseModel | None = None
         model = lookup(found.schema_name, found.schema_version)
-        if model is not None and found.decision == Decision.APPROVED.value:
+        # A rejection may carry input too (a reason, say); it was validated like any other.
+        if model is not None and (found.decision == Decision.APPROVED.value or found.resume_input):
             try:
                 value = model.model_validate(found.resume_input or {})
             except ValidationError:
@@ -239,13 +243,33 @@ def build_spec(
     separate_from_starter: bool = False,
 ) -> InterruptSpec:
     """Check an interrupt declaration and turn it into a spec (errors here are the flow's bugs)."""
+    if (
+        not isinstance(name, str)
+        or not 0 < len(name) <= MAX_INTERRUPT_NAME
+        or not name.isprintable()
+    ):
+        raise FlowDefinitionError(
+            detail=f"interrupt name {name!r} must be 1 to {MAX_INTERRUPT_NAME} printable characters"
+        )
     try:
         kind = InterruptKind(kind)
         policy = ExpiryPolicy(on_expiry)
     except ValueError as exc:
         raise FlowDefinitionError(detail=f"interrupt {name!r}: {exc}") from None
-    if not authority or not all(isinstance(r, str) and r for r in authority):
-        raise FlowDefinitionError(detail=f"interrupt {name!r}: authority needs at least one role")
+    # A bare string is iterable too: "approver" must not become the roles a, e, o, p, r, v.
+    if (
+        isinstance(authority, str)
+        or not authority
+        or not all(isinstance(r, str) and r for r in authority)
+    ):
+        raise FlowDefinitionError(detail=f"interrupt {name!r}: authority needs a list of roles")
+    for what, value in (("scope", scope), ("evidence", evidence)):
+        try:
+            json.dumps(value, allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            raise FlowDefinitionError(
+                detail=f"interrupt {name!r}: {what} is not JSON: {exc}"
+            ) from None
     schema_name, schema_version = schema_id_of(model)
     escalation = None
     if policy is ExpiryPolicy.ESCALATE:

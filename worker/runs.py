@@ -170,6 +170,8 @@ def _views(run_id: str, table: Any, order: Any, model: Any) -> list[Any]:
 
 def pause_run(run_id: str, *, actor: str) -> None:
     """Ask the run to stop at its next step boundary with an ``operator`` interrupt."""
+    if not isinstance(actor, str) or not 0 < len(actor) <= MAX_KEY:
+        raise InvalidInputError(detail=f"pause needs an actor of 1 to {MAX_KEY} characters")
     with transaction() as session:
         run = repository.load_run(session, run_id)
         if RunState(run.state).terminal:

@@ -1,0 +1,316 @@
+"""Interrupts inside steps: what is recorded, how answers come back, budgets, operator pauses,
+notifications, actors and the read API, with real workers on both databases."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from datetime import timedelta
+
+import pytest
+from sqlalchemy import select
+
+from models.db import transaction
+from models.errors import (
+    ActorError,
+    InterruptNotFoundError,
+    InvalidInputError,
+    InvalidTransitionError,
+)
+from models.tables import Actor, Event, Run
+from tests.flows.interrupts import Receipt, scratch_redis
+from tests.resumes import contract_for, wait_finished, wait_pending
+from tests.services import WorkerProcess, wait_for
+from worker import (
+    add_actor,
+    enqueue_run,
+    get_interrupt,
+    get_run,
+    list_actors,
+    list_interrupts,
+    list_resume_attempts,
+    pause_run,
+    revoke_actor,
+    set_actor_roles,
+    submit_resume,
+)
+from worker.schemas import BudgetGrant, OperatorRelease
+
+
+def _counter(key: str) -> int:
+    return int(scratch_redis().get(key) or 0)
+
+
+@pytest.fixture()
+def multi_actors(db: str) -> dict[str, str]:
+    return {
+        "lee": add_actor("lee", ["legal"]),
+        "fin": add_actor("fin", ["finance"]),
+        "ops": add_actor("ops", ["ops"]),
+    }
+
+
+def test_interrupt_records_every_field_and_the_worker_lets_go(
+    multi_actors: dict[str, str], shared_worker: WorkerProcess
+) -> None:
+    # Given a run whose first step asks legal, then finance
+    run_id = enqueue_run("multi_gate", {"contract": "c-7"})
+    legal = wait_pending(run_id, "legal")
+    assert submit_resume(contract_for(legal, "lee"), multi_actors["lee"]).accepted
+    # When it stops at the second interrupt of the same step
+    finance = wait_pending(run_id, "finance")
+    # Then the interrupt records everything a responder and an auditor need
+    run = get_run(run_id)
+    recorded = get_interrupt(finance.id)
+    assert recorded == finance
+    evidence = {"po": "PO-7", "lines": {"b": 2, "a": 1}}
+    canonical = json.dumps(evidence, sort_keys=True, separators=(",", ":"))
+    assert recorded.run_id == run_id
+    assert (recorded.name, recorded.kind, recorded.status) == ("finance", "evidence", "pending")
+    assert recorded.reason == "attach the invoice"
+    assert recorded.step == "review"
+    assert recorded.checkpoint_id == run.checkpoint_id == legal.checkpoint_id
+    assert recorded.state_version == run.state_version
+    assert recorded.flow_version == run.flow_version == 1
+    assert (recorded.schema_name, recorded.schema_version) == ("receipt", 2)
+    assert recorded.schema_id == "receipt.v2"
+    assert recorded.json_schema == Receipt.model_json_schema()
+    assert recorded.roles == ["finance"]
+    assert recorded.scope == {"contract": "c-7", "team": "ap"}
+    assert recorded.evidence == evidence
+    assert recorded.evidence_hash == "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()
+    assert recorded.deadline - recorded.created_at == timedelta(seconds=7200)
+    assert recorded.on_expiry == "cancel"
+    assert recorded.separate_from_starter is False
+    assert recorded.supersedes is None and recorded.previous_input is None
+    assert recorded.decision is None and recorded.resolved_by is None
+    # And the run waits holding no lease: no worker owns it
+    assert run.state == "waiting"
+    assert run.pending_interrupts == [recorded]
+    with transaction(readonly=True) as session:
+        row = session.get(Run, run_id)
+        assert row is not None
+        assert (row.lease_owner, row.lease_expires_at) == (None, None)
+        suspends = session.execute(
+            select(Event.detail).where(Event.run_id == run_id, Event.trigger == "suspend")
+        ).scalars()
+        assert [d["interrupt"] for d in suspends] == ["legal", "finance"]
+
+
+def test_answers_come_back_in_order_across_re_executions(
+    multi_actors: dict[str, str], shared_worker: WorkerProcess
+) -> None:
+    # Given a run with two interrupts in its first step and a third in its second
+    run_id = enqueue_run("multi_gate", {})
+    legal = wait_pending(run_id, "legal")
+    # When each is answered in turn
+    comment = {"comment": "clause 2 is fine"}
+    assert submit_resume(contract_for(legal, "lee", input=comment), multi_actors["lee"]).accepted
+    finance = wait_pending(run_id, "finance")
+    receipt = {"invoice": "INV-9", "total": 99.5}
+    assert submit_resume(contract_for(finance, "fin", input=receipt), multi_actors["fin"]).accepted
+    shipped = wait_pending(run_id, "shipped")
+    reject = contract_for(shipped, "ops", decision="rejected", input={"tracking": "none"})
+    assert submit_resume(reject, multi_actors["ops"]).accepted
+    # Then the step re-executed from its beginning each time and got every answer by name
+    assert wait_finished(run_id) == "succeeded"
+    assert _counter(f"multi:review:{run_id}") == 3
+    assert get_run(run_id).output == {
+        "legal": ["approved", "lee", {"comment": "clause 2 is fine", "amount_limit": None}],
+        "finance": ["approved", "fin", receipt],
+        # A rejection is the step's to interpret; the input that came with it is validated
+        "shipped": False,
+        "tracking": "none",
+    }
+    interrupts = list_interrupts(run_id=run_id)
+    assert [(i.name, i.status, i.resolved_by) for i in interrupts] == [
+        ("legal", "resolved", "lee"),
+        ("finance", "resolved", "fin"),
+        ("shipped", "resolved", "ops"),
+    ]
+    assert interrupts[0].checkpoint_id == interrupts[1].checkpoint_id
+    assert interrupts[2].checkpoint_id != interrupts[1].checkpoint_id
+    assert interrupts[2].decision == "rejected"
+
+
+def test_budget_interrupt_is_granted_through_the_gateway(
+    db: str, shared_worker: WorkerProcess
+) -> None:
+    operator = add_actor("ops", ["operator"])
+    approver = add_actor("alice", ["approver"])
+    # Given a run with an allowance of 10 whose step spends 4 + 4 + 4
+    run_id = enqueue_run("metered", {"costs": [4, 4, 4]})
+    # Then it stops with a budget interrupt when the third spend would exceed it
+    budget = wait_pending(run_id)
+    assert (budget.kind, budget.name, budget.schema_id) == ("budget", "budget.1", "budget.v1")
+    assert budget.evidence == {"allowance": 10, "consumed": 8, "requested": 4}
+    assert budget.roles == ["operator"]
+    # When an approver (not an operator) tries to grant more, Then it is denied
+    denied = submit_resume(contract_for(budget, "alice", input={"units": 5}), approver)
+    assert denied.outcome == "denied"
+    # When too small a grant is accepted, Then the same step asks again at the same checkpoint
+    assert submit_resume(contract_for(budget, "ops", input={"units": 1}), operator).accepted
+    again = wait_pending(run_id, "budget.2")
+    assert again.checkpoint_id == budget.checkpoint_id
+    assert again.evidence == {"allowance": 11, "consumed": 8, "requested": 4}
+    # When enough is granted, Then the run finishes having spent 12 of 16
+    grant = BudgetGrant(units=5, note="one more").model_dump()
+    assert submit_resume(contract_for(again, "ops", input=grant), operator).accepted
+    assert wait_finished(run_id) == "succeeded"
+    run = get_run(run_id)
+    assert (run.budget_allowance, run.budget_consumed) == (16, 12)
+    assert run.output == {"consumed": 12}
+    assert _counter(f"metered:spend:{run_id}") == 3
+    assert _counter(f"metered:after:{run_id}") == 1
+
+
+def test_a_refused_budget_grant_fails_the_run(db: str, shared_worker: WorkerProcess) -> None:
+    operator = add_actor("ops", ["operator"])
+    run_id = enqueue_run("metered", {"costs": [11]})
+    budget = wait_pending(run_id)
+    assert submit_resume(contract_for(budget, "ops", decision="rejected"), operator).accepted
+    assert wait_finished(run_id) == "failed"
+    assert "budget exhausted" in (get_run(run_id).error or "")
+    assert _counter(f"metered:after:{run_id}") == 0
+
+
+def test_operator_pause_stops_at_the_next_step_boundary(
+    db: str, shared_worker: WorkerProcess
+) -> None:
+    operator = add_actor("ops", ["operator"])
+    approver = add_actor("alice", ["approver"])
+    redis = scratch_redis()
+    # Given a run busy in its first step
+    run_id = enqueue_run("pausable", {})
+    wait_for(lambda: redis.get(f"pausable:holding:{run_id}"))
+    # When an operator asks it to pause, and the step then ends
+    pause_run(run_id, actor="lead")
+    redis.set(f"pausable:go:{run_id}", 1)
+    # Then it waits on an operator interrupt instead of running the next step
+    paused = wait_pending(run_id)
+    assert (paused.kind, paused.name, paused.schema_id) == (
+        "operator",
+        "operator.pause",
+        "operator.v1",
+    )
+    assert paused.evidence == {"requested_by": "lead", "step": "after_hold"}
+    assert paused.reason == "paused by lead"
+    assert paused.roles == ["operator"]
+    run = get_run(run_id)
+    assert (run.next_step, run.pause_requested_by) == ("after_hold", "lead")
+    assert _counter(f"pausable:after:{run_id}") == 0
+    # And only an operator may release it, through the same gateway as any approval
+    assert submit_resume(contract_for(paused, "alice"), approver).outcome == "denied"
+    release = OperatorRelease(note="carry on").model_dump()
+    assert submit_resume(contract_for(paused, "ops", input=release), operator).accepted
+    assert wait_finished(run_id) == "succeeded"
+    assert get_run(run_id).pause_requested_by is None
+    assert _counter(f"pausable:after:{run_id}") == 1
+
+
+def test_pause_needs_an_actor_and_a_live_run(db: str, shared_worker: WorkerProcess) -> None:
+    run_id = enqueue_run("quick", {})
+    with pytest.raises(InvalidInputError, match="actor"):
+        pause_run(run_id, actor="")
+    assert wait_finished(run_id) == "succeeded"
+    with pytest.raises(InvalidTransitionError, match="cannot pause from succeeded"):
+        pause_run(run_id, actor="lead")
+
+
+def test_the_notifier_sees_the_committed_interrupt(db: str, shared_worker: WorkerProcess) -> None:
+    redis = scratch_redis()
+    redis.set("price:sku-1", "3")
+    run_id = enqueue_run("priced", {"sku": "sku-1"})
+    interrupt = wait_pending(run_id)
+    raw = wait_for(lambda: redis.lrange(f"notified:{run_id}", 0, -1))
+    notes = [json.loads(n) for n in raw]
+    # Called once, in the worker, after the commit: a fresh transaction already found it
+    assert notes == [
+        {"id": interrupt.id, "name": "approve", "visible": "pending", "pid": notes[0]["pid"]}
+    ]
+    assert notes[0]["pid"] != os.getpid()
+
+
+def test_actor_credential_is_shown_once_and_stored_hashed(db: str) -> None:
+    # When an actor is added
+    credential = add_actor("alice", ["approver", "legal", "approver"])
+    # Then the credential is returned, and only its hash is stored
+    assert credential.startswith("ilc_") and len(credential) > 40
+    with transaction(readonly=True) as session:
+        row = session.get(Actor, "alice")
+        assert row is not None
+        stored = row.credential_hash
+    assert credential not in stored
+    assert stored == "sha256$" + hashlib.sha256(credential.encode()).hexdigest()
+    (view,) = list_actors()
+    assert (view.id, view.roles, view.revoked_at) == ("alice", ["approver", "legal"], None)
+    assert credential not in view.model_dump_json()
+    # And a second actor gets a different credential
+    assert add_actor("bob", ["approver"]) != credential
+
+
+@pytest.mark.parametrize(
+    ("actor_id", "roles", "message"),
+    [
+        ("bad id!", ["approver"], "id may only hold"),
+        ("alice\n", ["approver"], "id may only hold"),
+        ("carol", "approver", "list of strings"),
+        ("carol", [], "at least one role"),
+        ("carol", ["  "], "at least one role"),
+        ("carol", ["a role"], "not a valid name"),
+    ],
+)
+def test_bad_actor_definitions_write_nothing(
+    db: str, actor_id: str, roles: list[str], message: str
+) -> None:
+    with pytest.raises(ActorError, match=message):
+        add_actor(actor_id, roles)
+    assert list_actors() == []
+
+
+def test_actors_can_be_revoked_and_their_roles_changed(db: str) -> None:
+    add_actor("alice", ["approver"])
+    with pytest.raises(ActorError, match="already exists"):
+        add_actor("alice", ["legal"])
+    set_actor_roles("alice", ["legal", "ops"])
+    assert list_actors()[0].roles == ["legal", "ops"]
+    revoke_actor("alice")
+    revoked = list_actors()[0].revoked_at
+    assert revoked is not None
+    revoke_actor("alice")  # revoking twice keeps the first time
+    assert list_actors()[0].revoked_at == revoked
+    with pytest.raises(ActorError, match="no such actor"):
+        revoke_actor("nobody")
+    with pytest.raises(ActorError, match="no such actor"):
+        set_actor_roles("nobody", ["x"])
+
+
+def test_read_api_filters_and_errors(
+    multi_actors: dict[str, str], shared_worker: WorkerProcess
+) -> None:
+    first = enqueue_run("multi_gate", {})
+    second = enqueue_run("approval", {})
+    legal = wait_pending(first, "legal")
+    approve = wait_pending(second)
+    submit_resume(contract_for(legal, "lee"), multi_actors["lee"])
+    submit_resume(contract_for(legal, "lee"), "ilc_wrong")
+    wait_pending(first, "finance")
+    # Filters combine; the oldest comes first
+    assert [i.name for i in list_interrupts(run_id=first)] == ["legal", "finance"]
+    assert [i.id for i in list_interrupts(kind="approval", status="pending")] == [approve.id]
+    assert [i.name for i in list_interrupts(status="resolved")] == ["legal"]
+    assert [i.name for i in list_interrupts(kind="evidence")] == ["finance"]
+    with pytest.raises(InvalidInputError, match="unknown status 'done'"):
+        list_interrupts(status="done")
+    with pytest.raises(InvalidInputError, match="unknown kind 'chat'"):
+        list_interrupts(kind="chat")
+    with pytest.raises(InterruptNotFoundError, match="no interrupt nope"):
+        get_interrupt("nope")
+    # Every attempt is listed, by interrupt or by run
+    attempts = list_resume_attempts(interrupt_id=legal.id)
+    assert [a.outcome for a in attempts] == ["accepted", "unauthenticated"]
+    assert [a.id for a in list_resume_attempts(run_id=first)] == [a.id for a in attempts]
+    assert list_resume_attempts(run_id=second) == []
+    assert attempts[0].actor_id == "lee"
+    assert attempts[0].payload["interrupt_id"] == legal.id
