@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import threading
 import uuid
 from datetime import timedelta
 from typing import Any
@@ -256,3 +257,43 @@ def test_batches_go_on_and_a_row_that_cannot_be_handled_does_not_stop_them(
             select(Event.id).where(Event.run_id == bad_run, Event.actor == SYSTEM)
         ).all()
     assert system == []
+
+
+def test_resumes_racing_a_sweep_are_either_accepted_or_refused_never_both(
+    db: str, shared_worker: WorkerProcess
+) -> None:
+    # Given twenty waiting runs whose deadline the sweep will consider passed
+    credential = add_actor("alice", ["approver"])
+    waiting = [_waiting("expire", expires_in=60)[1] for _ in range(20)]
+    later = utcnow() + timedelta(hours=1)
+    start = threading.Barrier(2)
+    results: dict[str, str] = {}
+
+    def resume_all() -> None:
+        start.wait()
+        # Newest first, while the sweep goes oldest first: they meet somewhere in the middle.
+        for interrupt in reversed(waiting):
+            results[interrupt.id] = submit_resume(_contract(interrupt, "alice"), credential).outcome
+
+    def sweep() -> None:
+        start.wait()
+        sweep_expired(now=later, batch=1)
+
+    # When responders and the sweep go at the same time
+    threads = [threading.Thread(target=resume_all), threading.Thread(target=sweep)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    # Then each interrupt went one way only: resolved by alice, or expired with a stale refusal
+    for interrupt in waiting:
+        final = get_interrupt(interrupt.id)
+        system = [e.trigger for e in list_events(interrupt.run_id) if e.actor == SYSTEM]
+        if results[interrupt.id] == "accepted":
+            assert (final.status, final.resolved_by, system) == ("resolved", "alice", [])
+            wait_for(lambda run_id=interrupt.run_id: _finished(run_id), timeout=30)
+            assert get_run(interrupt.run_id).state == "succeeded"
+        else:
+            assert results[interrupt.id] == "stale"
+            assert (final.status, final.resolved_by, system) == ("expired", SYSTEM, ["expire"])
+            assert get_run(interrupt.run_id).state == "expired"
