@@ -111,14 +111,15 @@ def test_flower_shows_the_worker_a_run_step_task_and_the_queues(
     # When a run executes a step (here up to its approval gate)
     run_id = enqueue_run("deploy_gate", DEPLOY)
 
-    # Then Flower has seen an interlude.run_step task for it succeed, on that worker
+    # Then Flower has seen an interlude.run_step task for it succeed, on a worker it lists
+    # (the session's shared worker may be consuming the same queues and take it)
     def step_task() -> dict[str, Any] | None:
         tasks = flower.try_get(f"/api/tasks?taskname={TASK_STEP}") or {}
         return next((t for t in tasks.values() if run_id in str(t.get("args"))), None)
 
     task = wait_for(lambda: (t := step_task()) and t["state"] == "SUCCESS" and t, timeout=60)
     assert task["name"] == TASK_STEP
-    assert task["worker"].startswith(f"{worker.name}@")
+    assert task["worker"] in flower.get("/api/workers")
     assert TASK_STEP in flower.get("/api/task/types")["task-types"]
     # ... and the lengths of interlude's queues, now empty: a waiting run holds no message
     lengths = {q["name"]: q["messages"] for q in flower.get("/api/queues/length")["active_queues"]}
