@@ -30,7 +30,7 @@ def test_beat_expires_two_second_waits_with_each_policy(
         kind="beat",
         INTERLUDE_SWEEP_INTERVAL=str(SWEEP_INTERVAL),
     )
-    inputs = {
+    inputs: dict[str, dict[str, object]] = {
         "expire": {"policy": "expire"},
         "cancel": {"policy": "cancel"},
         "escalate": {"policy": "escalate", "escalation_expires_in": 1, "max_escalations": 1},

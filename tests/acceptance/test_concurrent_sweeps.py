@@ -91,7 +91,7 @@ def test_two_sweepers_apply_each_policy_exactly_once(
     assert states == {"waiting": RUNS}
     wait_for(lambda: utcnow() > last_deadline, timeout=10)
     # When two sweeper processes start sweeping at the same moment
-    r = redis.Redis.from_url(os.environ["INTERLUDE_TEST_REDIS"])
+    r = redis.Redis.from_url(os.environ["INTERLUDE_TEST_REDIS"], decode_responses=True)
     sweepers = [
         subprocess.Popen(
             [sys.executable, "-c", SWEEPER, str(n)],
@@ -135,9 +135,7 @@ def test_two_sweepers_apply_each_policy_exactly_once(
         chains.setdefault(run_id, []).extend([(level, status)] * n)
     assert [r for r in escalated if chains[r] != [(0, "expired"), (1, "pending")]] == []
     notices = Counter(
-        n.decode().split(":")[0]
-        for n in r.lrange(NOTIFIED, 0, -1)
-        if n.decode().endswith(":1:manager")
+        n.split(":")[0] for n in r.lrange(NOTIFIED, 0, -1) if n.endswith(":1:manager")
     )
     assert notices == dict.fromkeys(escalated, 1)
     # And no double resume: one accepted system attempt per default interrupt...

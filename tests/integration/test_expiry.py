@@ -6,6 +6,7 @@ import os
 import threading
 import uuid
 from datetime import timedelta
+from functools import partial
 from typing import Any
 
 import redis
@@ -115,7 +116,7 @@ def test_cancel_policy_cancels_the_run(db: str, shared_worker: WorkerProcess) ->
 def test_escalate_policy_hands_the_wait_to_the_escalation_roles(
     db: str, shared_worker: WorkerProcess
 ) -> None:
-    notified = redis.Redis.from_url(os.environ["INTERLUDE_TEST_REDIS"])
+    notified = redis.Redis.from_url(os.environ["INTERLUDE_TEST_REDIS"], decode_responses=True)
     alice = add_actor("alice", ["approver"])
     boss = add_actor("boss", ["manager"])
     run_id, interrupt = _waiting("escalate", escalation_expires_in=3600)
@@ -139,8 +140,7 @@ def test_escalate_policy_hands_the_wait_to_the_escalation_roles(
     escalations = [e for e in list_events(run_id) if e.trigger == "escalate"]
     assert [(e.actor, e.detail["new_interrupt_id"]) for e in escalations] == [(SYSTEM, new.id)]
     # And the flow's notifiers heard about the escalated interrupt
-    heard = [n.decode() for n in notified.lrange(NOTIFIED, 0, -1)]
-    assert f"{run_id}:{new.id}:1:manager" in heard
+    assert f"{run_id}:{new.id}:1:manager" in notified.lrange(NOTIFIED, 0, -1)
     # And only the escalation role may answer it now
     denied = submit_resume(_contract(new, "alice"), alice)
     assert denied.outcome == "denied", denied.reason
@@ -291,7 +291,7 @@ def test_resumes_racing_a_sweep_are_either_accepted_or_refused_never_both(
         system = [e.trigger for e in list_events(interrupt.run_id) if e.actor == SYSTEM]
         if results[interrupt.id] == "accepted":
             assert (final.status, final.resolved_by, system) == ("resolved", "alice", [])
-            wait_for(lambda run_id=interrupt.run_id: _finished(run_id), timeout=30)
+            wait_for(partial(_finished, interrupt.run_id), timeout=30)
             assert get_run(interrupt.run_id).state == "succeeded"
         else:
             assert results[interrupt.id] == "stale"
