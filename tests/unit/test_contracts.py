@@ -1,0 +1,329 @@
+"""Contracts, interrupt declarations and payload handling, without any service."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+from pydantic import BaseModel, ValidationError
+
+from models.contracts import (
+    InterruptView,
+    ResumeContract,
+    ResumeResult,
+    canonical_json,
+    evidence_hash,
+)
+from models.enums import Decision, ExpiryPolicy, InterruptKind, ResumeOutcome
+from models.errors import BudgetRejectedError, FlowDefinitionError
+from worker.actors import hash_credential
+from worker.context import ResolvedInterrupt, StepContext, Suspend, build_spec
+from worker.flows import Flow
+from worker.gateway import MAX_PAYLOAD_CHARS, _payload
+from worker.schemas import BudgetGrant, input_schema, json_schema_of, parse_schema_id
+
+
+@input_schema("unit_review.v3")
+class Review(BaseModel):
+    verdict: str
+    score: int = 0
+
+
+unit_flow = Flow("unit_contracts", version=1, budget=10)
+
+
+def _contract(**overrides: Any) -> dict[str, Any]:
+    contract: dict[str, Any] = {
+        "schema_version": "resume.v1",
+        "run_id": "r1",
+        "checkpoint_id": "c1",
+        "interrupt_id": "i1",
+        "actor": {"type": "human", "id": "alice"},
+        "decision": "approved",
+        "input": {"verdict": "ok"},
+        "scope": {"env": "prod"},
+        "evidence_hash": "sha256:00",
+        "idempotency_key": "k1",
+        "expires_at": "2030-01-01T00:00:00Z",
+    }
+    contract.update(overrides)
+    return contract
+
+
+# --- evidence hashes ---------------------------------------------------------------------
+
+
+def test_evidence_hash_is_sha256_of_canonical_json() -> None:
+    evidence = {"b": [1, 2], "a": {"y": "é", "x": None}}
+    canonical = '{"a":{"x":null,"y":"é"},"b":[1,2]}'
+    assert canonical_json(evidence) == canonical
+    assert evidence_hash(evidence) == "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def test_evidence_hash_ignores_key_order_but_not_values() -> None:
+    assert evidence_hash({"a": 1, "b": 2}) == evidence_hash({"b": 2, "a": 1})
+    assert evidence_hash({"a": 1}) != evidence_hash({"a": 2})
+    assert evidence_hash(None) == "sha256:" + hashlib.sha256(b"null").hexdigest()
+
+
+# --- the resume contract -----------------------------------------------------------------
+
+
+def test_a_valid_contract_parses_and_is_frozen() -> None:
+    contract = ResumeContract.model_validate(_contract())
+    assert contract.decision is Decision.APPROVED
+    assert contract.expires_at == datetime(2030, 1, 1, tzinfo=UTC)
+    assert contract.policy_version is None
+    with pytest.raises(ValidationError):
+        contract.run_id = "other"  # type: ignore[misc]
+
+
+@pytest.mark.parametrize(
+    ("change", "where"),
+    [
+        ({"surprise": 1}, "surprise"),
+        ({"schema_version": "resume.v2"}, "schema_version"),
+        ({"decision": "maybe"}, "decision"),
+        ({"actor": {"type": "robot", "id": "x"}}, "actor.type"),
+        ({"actor": {"type": "human", "id": "x", "extra": 1}}, "actor.extra"),
+        ({"actor": {"type": "human", "id": ""}}, "actor.id"),
+        ({"run_id": "r" * 201}, "run_id"),
+        ({"input": ["not", "a", "dict"]}, "input"),
+        ({"expires_at": "tomorrow"}, "expires_at"),
+    ],
+)
+def test_a_contract_with_a_flaw_is_refused(change: dict[str, Any], where: str) -> None:
+    with pytest.raises(ValidationError) as caught:
+        ResumeContract.model_validate(_contract(**change))
+    assert where in {".".join(str(p) for p in e["loc"]) for e in caught.value.errors()}
+
+
+@pytest.mark.parametrize("field", ["run_id", "interrupt_id", "evidence_hash", "idempotency_key"])
+def test_a_contract_missing_a_field_is_refused(field: str) -> None:
+    data = _contract()
+    del data[field]
+    with pytest.raises(ValidationError, match=field):
+        ResumeContract.model_validate(data)
+
+
+def test_result_and_view_helpers() -> None:
+    result = ResumeResult(outcome=ResumeOutcome.ACCEPTED, reason="ok", attempt_id=1)
+    assert result.accepted
+    assert not ResumeResult(outcome=ResumeOutcome.STALE, reason="", attempt_id=2).accepted
+    assert "json_schema" in InterruptView.model_fields
+    assert {"evidence_hash", "deadline", "on_expiry", "flow_version"} <= set(
+        InterruptView.model_fields
+    )
+
+
+# --- what the gateway stores of a submission ----------------------------------------------
+
+
+def test_payload_of_a_clean_contract_is_its_json() -> None:
+    stored, fields, problem = _payload(_contract())
+    assert problem is None
+    assert stored == fields == _contract()
+
+
+def test_payload_accepts_python_values_that_have_a_json_form() -> None:
+    moment = datetime(2030, 1, 1, tzinfo=UTC)
+    stored, _, problem = _payload(ResumeContract.model_validate(_contract(expires_at=moment)))
+    assert problem is None
+    assert stored["expires_at"] == "2030-01-01T00:00:00Z"
+    stored, _, problem = _payload(_contract(expires_at=moment))
+    assert problem is None and stored["expires_at"] == "2030-01-01T00:00:00Z"
+
+
+def test_payload_refuses_what_json_or_the_databases_cannot_hold() -> None:
+    stored, _, problem = _payload(_contract(input={"score": math.inf}))
+    assert problem is not None and "not JSON" in problem
+    assert "unparseable" in stored
+    stored, fields, problem = _payload(_contract(input={"verdict": "a\x00b\udc80"}))
+    assert problem == "contract holds NUL or unpaired surrogate characters"
+    assert stored["input"] == {"verdict": "a\\u0000b\\udc80"}
+    assert fields["interrupt_id"] == "i1"
+    stored, _, problem = _payload(object())
+    assert problem is not None and stored["unparseable"].startswith("<object object")
+
+
+def test_payload_of_an_oversized_contract_is_truncated_but_keeps_its_ids() -> None:
+    stored, fields, problem = _payload(_contract(input={"verdict": "x" * MAX_PAYLOAD_CHARS}))
+    assert problem is not None and "larger than" in problem
+    assert len(stored["truncated"]) == MAX_PAYLOAD_CHARS
+    assert (fields["run_id"], fields["interrupt_id"]) == ("r1", "i1")
+
+
+def test_credentials_are_hashed_whatever_text_they_hold() -> None:
+    credential = "ilc_secret"
+    hashed = hash_credential(credential)
+    assert credential not in hashed
+    assert hashed == hash_credential(credential)
+    assert hashed.startswith("sha256$")
+    assert hash_credential("\ud800") != hash_credential("\udc00")
+
+
+# --- declaring interrupts -----------------------------------------------------------------
+
+
+def _spec(**overrides: Any) -> Any:
+    declaration: dict[str, Any] = {
+        "kind": "approval",
+        "model": Review,
+        "authority": ["approver"],
+        "expires_in": 60,
+        "evidence": {"doc": 1},
+        "scope": {"env": "prod"},
+    }
+    declaration.update(overrides)
+    return build_spec("review", **declaration)
+
+
+def test_a_declaration_becomes_a_complete_spec() -> None:
+    spec = _spec(reason="look", on_expiry="cancel", separate_from_starter=True)
+    assert (spec.name, spec.kind, spec.reason) == ("review", InterruptKind.APPROVAL, "look")
+    assert (spec.schema_name, spec.schema_version) == ("unit_review", 3)
+    assert spec.json_schema == Review.model_json_schema() == json_schema_of(Review)
+    assert spec.roles == ["approver"]
+    assert spec.evidence_hash == evidence_hash({"doc": 1})
+    assert (spec.expires_in, spec.on_expiry) == (60.0, ExpiryPolicy.CANCEL)
+    assert spec.separate_from_starter is True
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"kind": "chat"}, "'chat' is not a valid InterruptKind"),
+        ({"on_expiry": "ignore"}, "'ignore' is not a valid ExpiryPolicy"),
+        ({"authority": []}, "authority needs a list of roles"),
+        ({"authority": "approver"}, "authority needs a list of roles"),
+        ({"authority": ["approver", ""]}, "authority needs a list of roles"),
+        ({"evidence": {"when": datetime.now(UTC)}}, "evidence is not JSON"),
+        ({"scope": {"x": math.nan}}, "scope is not JSON"),
+        ({"expires_in": 0}, "expires_in must be positive"),
+        ({"model": BudgetGrant.__base__}, "is not registered"),
+        ({"on_expiry": "escalate"}, "escalate needs escalate_to"),
+        ({"on_expiry": "default"}, "default policy needs default="),
+        ({"on_expiry": "default", "default": {"score": 1}}, "default input is invalid"),
+    ],
+)
+def test_a_flawed_declaration_is_the_flows_bug(overrides: dict[str, Any], message: str) -> None:
+    with pytest.raises(FlowDefinitionError, match=message):
+        _spec(**overrides)
+
+
+@pytest.mark.parametrize("name", ["", "x" * 201, "tab\there", 7])
+def test_interrupt_names_must_be_printable_text(name: Any) -> None:
+    with pytest.raises(FlowDefinitionError, match="interrupt name"):
+        build_spec(name, kind="approval", model=Review, authority=["a"], expires_in=1)
+
+
+def test_schema_ids_look_like_name_dot_version() -> None:
+    assert parse_schema_id("approval.v1") == ("approval", 1)
+    assert parse_schema_id("my-review.v12") == ("my-review", 12)
+    for bad in ("approval", "approval.1", "1approval.v1", "approval.vx"):
+        with pytest.raises(FlowDefinitionError, match="is not like"):
+            parse_schema_id(bad)
+
+
+# --- the step's view: ctx.interrupt and ctx.consume ---------------------------------------
+
+
+def _ctx(resolved: dict[str, ResolvedInterrupt] | None = None, **fields: Any) -> StepContext:
+    values: dict[str, Any] = {
+        "run_id": "r1",
+        "flow": unit_flow,
+        "step": "s",
+        "input": {},
+        "state": {},
+        "epoch": 1,
+        "checkpoint_id": "c1",
+        "checkpoint_seq": 1,
+        "started_by": None,
+        "budget_allowance": 10.0,
+        "budget_consumed": 0.0,
+        "resolved": resolved or {},
+        "effects": {},
+    }
+    values.update(fields)
+    return StepContext(**values)
+
+
+def _answer(name: str, decision: str, data: dict[str, Any] | None, schema: str = "unit_review"):
+    version = 3 if schema == "unit_review" else 1
+    return {name: ResolvedInterrupt(f"id-{name}", name, schema, version, decision, data, "bob")}
+
+
+def _ask(ctx: StepContext, name: str = "review") -> Any:
+    return ctx.interrupt(name, kind="approval", input=Review, authority=["a"], expires_in=5)
+
+
+def test_interrupt_without_an_answer_suspends_with_its_spec() -> None:
+    with pytest.raises(Suspend) as caught:
+        _ask(_ctx())
+    assert caught.value.spec.name == "review"
+    assert not isinstance(caught.value, Exception)  # a step's `except Exception` cannot eat it
+
+
+def test_interrupt_with_an_answer_returns_decision_input_and_actor() -> None:
+    answer = _ask(_ctx(_answer("review", "approved", {"verdict": "ok", "score": 3})))
+    assert (answer.decision, answer.actor, answer.approved) == (Decision.APPROVED, "bob", True)
+    assert answer.input == Review(verdict="ok", score=3)
+    assert answer.interrupt_id == "id-review"
+
+
+def test_a_rejection_returns_its_input_or_none() -> None:
+    bare = _ask(_ctx(_answer("review", "rejected", {})))
+    assert (bare.decision, bare.input, bare.approved) == (Decision.REJECTED, None, False)
+    reasoned = _ask(_ctx(_answer("review", "rejected", {"verdict": "no"})))
+    assert reasoned.input == Review(verdict="no")
+
+
+def test_answers_are_found_by_name_only() -> None:
+    ctx = _ctx(_answer("first", "approved", {"verdict": "ok"}))
+    assert _ask(ctx, "first").approved
+    with pytest.raises(Suspend) as caught:
+        _ask(ctx, "second")
+    assert caught.value.spec.name == "second"
+
+
+def test_consume_within_the_allowance_needs_no_interrupt() -> None:
+    ctx = _ctx()
+    ctx.consume(4)
+    ctx.consume(6)
+    assert ctx.budget_consumed == 10
+    with pytest.raises(ValueError, match="negative"):
+        ctx.consume(-1)
+    unlimited = _ctx(budget_allowance=None)
+    unlimited.consume(1e9)
+    assert unlimited.budget_consumed == 1e9
+
+
+def test_consume_past_the_allowance_waits_for_a_grant() -> None:
+    ctx = _ctx(budget_consumed=8.0)
+    with pytest.raises(Suspend) as caught:
+        ctx.consume(4)
+    spec = caught.value.spec
+    assert (spec.name, spec.kind, spec.schema_name) == ("budget.1", InterruptKind.BUDGET, "budget")
+    assert spec.roles == ["operator"]
+    assert spec.evidence == {"allowance": 10.0, "consumed": 8.0, "requested": 4}
+    assert ctx.budget_consumed == 8.0
+
+
+def test_consume_after_a_grant_goes_on_and_a_refusal_stops_the_run() -> None:
+    # The gateway already raised the allowance when it accepted the grant
+    granted = _answer("budget.1", "approved", {"units": 5}, schema="budget")
+    ctx = _ctx(granted, budget_consumed=8.0, budget_allowance=15.0)
+    ctx.consume(4)
+    assert ctx.budget_consumed == 12
+    refused = _ctx(_answer("budget.1", "rejected", {}, schema="budget"), budget_consumed=8.0)
+    with pytest.raises(BudgetRejectedError, match="budget exhausted"):
+        refused.consume(4)
+
+
+def test_json_schema_is_cached_per_model() -> None:
+    assert json_schema_of(Review) is json_schema_of(Review)
+    assert json.loads(json.dumps(json_schema_of(Review))) == Review.model_json_schema()
