@@ -222,6 +222,23 @@ def test_accepted_resume_continues_the_run_once(waiting: Waiting) -> None:
     assert interrupt.resume_input == {"comment": "ship it", "amount_limit": None}
     assert _last_attempt(waiting.interrupt.id).outcome == "accepted"
     assert run.pending_interrupts == []
+    # And the resume was its own claim with a fresh fencing epoch, by the resume task
+    with transaction(readonly=True) as session:
+        moves = session.execute(
+            select(Event.trigger, Event.actor, Event.from_state, Event.detail)
+            .where(Event.run_id == waiting.run_id, Event.to_state.is_not(None))
+            .order_by(Event.id)
+        ).all()
+    suspend = [m.trigger for m in moves].index("suspend")
+    accept, claim = moves[suspend + 1], moves[suspend + 2]
+    assert (accept.trigger, accept.actor, accept.from_state) == (
+        "accept_resume",
+        "human:alice",
+        "waiting",
+    )
+    assert (claim.trigger, claim.from_state) == ("claim", "resuming")
+    before = [m.detail["epoch"] for m in moves[:suspend] if m.trigger == "claim"]
+    assert claim.detail == {"epoch": max(before) + 1, "step": "gate"}
 
 
 def test_a_rejection_is_returned_to_the_step(waiting: Waiting) -> None:
