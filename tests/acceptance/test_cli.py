@@ -129,9 +129,8 @@ def test_an_operator_resumes_through_every_outcome(cli: Cli, tmp_path: Path) -> 
     viewer = cli.ok("actors", "add", "vera", "--role", "viewer")
     assert "will not be shown again" in viewer.stdout
     (vera,) = [ln.split(": ", 1)[1] for ln in viewer.stdout.splitlines() if "credential:" in ln]
-    start = ("runs", "start", "approval", "--input", '{"env": "prod"}')
-    run_id = cli.json(*start, "--idempotency-key", "deploy-1", "--started-by", "ops")["run_id"]
-    assert cli.json(*start, "--idempotency-key", "deploy-1")["run_id"] == run_id
+    start = ("runs", "start", "approval", "--input", '{"env": "prod"}', "--started-by", "ops")
+    run_id = cli.json(*start, "--idempotency-key", "deploy-1")["run_id"]
     interrupt = waiting_on(run_id)
 
     # When the operator looks at the runs and the work queue
@@ -201,7 +200,7 @@ def test_an_operator_resumes_through_every_outcome(cli: Cli, tmp_path: Path) -> 
         "accepted",
         "duplicate",
     ]
-    assert story["run"]["state"] == "succeeded"
+    assert (story["run"]["state"], story["run"]["started_by"]) == ("succeeded", "ops")
     assert ("human:alice", "accept_resume") in {(e["actor"], e["trigger"]) for e in story["events"]}
     whats = [entry["what"] for entry in story["timeline"]]
     assert "resume denied" in whats and "interrupt resolved" in whats
@@ -212,11 +211,9 @@ def test_an_operator_resumes_through_every_outcome(cli: Cli, tmp_path: Path) -> 
 
     # And the statistics count each outcome
     stats = cli.json("stats")
-    stats_text = cli.ok("stats").stdout
     assert stats["resume_attempts"]["denied"] == 1
     assert stats["resume_attempts"]["accepted"] == 1
     assert stats["waiting_runs"] == 0
-    assert "resume_attempts.stale" in stats_text
 
     # And the credentials were shown once, when the actors were added, and never again
     cli.assert_secret_shown_only(alice, where=added)
@@ -384,37 +381,27 @@ def scrape(port: int) -> str | None:
 
 
 def test_bad_input_is_refused_before_anything_is_read_or_written(tmp_path: Path) -> None:
-    # These fail on their arguments alone (no database is reached), so they run once.
-    # Pure argparse refusals are checked in-process by tests/unit/test_cli_format.py.
+    # These fail on their arguments alone (no database is reached), so they run once; the
+    # other refusals of this kind are checked in-process by tests/unit/test_cli_format.py.
     cli = Cli(f"sqlite:///{tmp_path / 'untouched.db'}")
     contract = write_json(tmp_path / "contract.json", {"schema_version": "resume.v1"})
     resume = ("resume", "some-interrupt", "--actor", "alice", "--decision", "approved")
     unconfirmed = cli.fails(5, "resume", "--contract", contract, token="ilc_given")
     no_credential = cli.fails(2, "resume", "--contract", contract, "--yes")
     bad_json = cli.fails(2, *resume, "--yes", "--input", "{not json", token="ilc_given")
-    not_object = cli.fails(2, *resume, "--yes", "--input", "[1]", token="ilc_given")
-    both = cli.fails(2, "resume", "--contract", contract, "some-interrupt", "--yes")
-    half = cli.fails(2, "resume", "some-interrupt", "--actor", "alice", "--yes")
-    cli.fails(2, "runs", "start", "approval", "--input", "[1")
-    missing_file = cli.fails(2, "runs", "start", "approval", "--input", "@/no/such/file.json")
-    cli.fails(3, "runs", "start", "no_such_flow")
-    cli.fails(2, "runs", "list", "--state", "sleeping")
-    cli.fails(2, "interrupts", "list", "--kind", "sleeping")
-    cli.fails(2, "actors", "add", "no spaces!", "--role", "viewer")
+    bad_start = cli.fails(2, "runs", "start", "approval", "--input", "[1")
     assert "--yes" in unconfirmed.stderr
     assert "INTERLUDE_ACTOR_TOKEN" in no_credential.stderr
     assert "--input is not valid JSON" in bad_json.stderr
-    assert "must be a JSON object" in not_object.stderr
-    assert "cannot be combined with INTERRUPT_ID" in both.stderr
-    assert "--decision" in half.stderr
-    assert "/no/such/file.json" in missing_file.stderr
+    assert "--input is not valid JSON" in bad_start.stderr
     assert not (tmp_path / "untouched.db").exists()
 
 
 def test_help_on_the_command_and_the_operations_verbs(tmp_path: Path) -> None:
-    # The other verbs' --help is checked in-process by tests/unit/test_cli_format.py.
+    # Every verb's --help is checked in-process by tests/unit/test_cli_format.py; the demo
+    # itself runs through the console script in tests/acceptance/test_demo.py.
     env = worker_env(f"sqlite:///{tmp_path / 'unused.db'}")
-    for args in ([], ["metrics"], ["resume"]):
+    for args in ([], ["demo"]):
         done = subprocess.run(
             [str(INTERLUDE), *args, "--help"],
             cwd=ROOT,

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 
@@ -25,9 +27,11 @@ from models.errors import (
     StaleStateError,
     UnknownFlowError,
 )
+from models.settings import reset_settings
 from worker.cli import build_parser, main
 from worker.cli.exits import EPILOG, RESUME_EXIT, status_of
 from worker.cli.interrupts import contract
+from worker.cli.ops import figures
 from worker.cli.output import Output, compact, flatten, format_age, jsonable, until
 from worker.cli.timeline import timeline
 
@@ -163,6 +167,65 @@ def test_a_bad_command_line_is_one_line_and_status_2(
     assert len(captured.err.splitlines()) == 1
     assert captured.err.startswith("interlude: error: interlude")
     assert "--help" in captured.err
+
+
+@pytest.fixture()
+def no_database(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A database URL whose file must still not exist when the command has failed."""
+    path = tmp_path / "untouched.db"
+    monkeypatch.setenv("INTERLUDE_DATABASE_URL", f"sqlite:///{path}")
+    reset_settings()
+    yield path
+    reset_settings()
+
+
+@pytest.mark.parametrize(
+    ("argv", "status", "says"),
+    [
+        (["resume", "i1", "--actor", "a", "--decision", "approved", "--input", "[1]"], 2, "object"),
+        (["resume", "i1", "--actor", "a", "--yes"], 2, "needs --decision"),
+        (["resume", "i1", "--contract", "c.json"], 2, "cannot be combined with INTERRUPT_ID"),
+        (["resume", "--contract", "c.json", "--actor", "a"], 2, "combined with --actor"),
+        (["resume", "--contract", "/no/such.json", "--yes"], 2, "cannot read /no/such.json"),
+        (["runs", "start", "approval", "--input", "@/no/such.json"], 2, "/no/such.json"),
+        (["runs", "start", "no_such_flow"], 3, "unknown flow 'no_such_flow'"),
+        (["runs", "list", "--state", "sleeping"], 2, "unknown state 'sleeping'"),
+        (["interrupts", "list", "--kind", "sleeping"], 2, "unknown kind 'sleeping'"),
+        (["interrupts", "list", "--status", "done"], 2, "unknown status 'done'"),
+        (["actors", "add", "no spaces!", "--role", "viewer"], 2, "id may only hold"),
+    ],
+)
+def test_bad_input_is_refused_before_the_database_is_reached(
+    argv: list[str],
+    status: int,
+    says: str,
+    no_database: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(argv) == status
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert len(captured.err.splitlines()) == 1 and says in captured.err, captured.err
+    assert not no_database.exists()
+
+
+def test_people_read_ages_and_rates_in_generic_results() -> None:
+    rows = dict(
+        figures(
+            {
+                "oldest_waiting_age_seconds": 11_520.0,
+                "stale_rejection_rate": 0.125,
+                "resume_attempts": {"stale": 1},
+                "median_waiting_age_seconds": None,
+            }
+        )
+    )
+    assert rows == {
+        "oldest_waiting_age": "3h12m",
+        "stale_rejection_rate": "12.5%",
+        "resume_attempts.stale": "1",
+        "median_waiting_age_seconds": "-",
+    }
 
 
 def _interrupt(**fields: object) -> InterruptView:

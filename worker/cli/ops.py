@@ -76,7 +76,7 @@ def _stats(args: argparse.Namespace, out: Output) -> int:
         out.json(data)
         return OK
     # Rendered generically: the statistics' fields belong to worker.stats.
-    out.table(["figure", "value"], _figures(data), title="stats")
+    out.table(["figure", "value"], figures(data), title="stats")
     return OK
 
 
@@ -123,12 +123,12 @@ def _result(out: Output, key: str, result: Any, label: str) -> None:
     if out.as_json:
         out.json({key: data} if not isinstance(data, dict) else data)
     elif isinstance(data, dict):
-        out.table(["figure", "value"], _figures(data))
+        out.table(["figure", "value"], figures(data))
     else:
         out.line(f"{data} {label}")
 
 
-def _figures(data: Any) -> list[tuple[str, str]]:
+def figures(data: Any) -> list[tuple[str, str]]:
     """Every field of a result of unknown shape as a (name, value) row, values for people."""
     rows = []
     for key, value in flatten(data):
