@@ -19,7 +19,7 @@ from worker.app import QUEUE_RESUMES, QUEUE_STEPS
 
 WAITING_RUNS = 50
 QUEUES = (QUEUE_STEPS, QUEUE_RESUMES)
-INSPECT_TIMEOUT = 5.0
+INSPECT_TIMEOUT = 10.0
 
 
 def _node(worker: WorkerProcess) -> str:
@@ -34,7 +34,7 @@ def only(node: str) -> Iterator[None]:
     Other workers of this test session (the shared one) stop consuming through the remote
     control API and resume afterwards, so that what this test observes is one worker's doing.
     """
-    replies = app.control.ping(timeout=1.0) or []
+    replies = app.control.ping(timeout=3.0) or []
     others = [name for reply in replies for name in reply if name != node]
     for queue in QUEUES:
         if others:
