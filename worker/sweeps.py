@@ -101,7 +101,9 @@ def _sweep_batch(now: datetime, size: int, exclude: Collection[str]) -> _Batch:
         result.selected = len(due)
         runs = _runs_of(session, due)
         for interrupt in due:
-            run = runs.get(interrupt.run_id)
+            # Read before anything can expire the row: the log lines below need them.
+            interrupt_id, run_id = interrupt.id, interrupt.run_id
+            run = runs.get(run_id)
             try:
                 with session.begin_nested():
                     after = _apply(session, interrupt, run, now)
@@ -109,19 +111,19 @@ def _sweep_batch(now: datetime, size: int, exclude: Collection[str]) -> _Batch:
                 _forget(session, interrupt, run)
                 log.warning(
                     "expiry of interrupt %s deferred: %s",
-                    interrupt.id,
+                    interrupt_id,
                     deferred,
-                    extra={"action": "expiry_deferred", "run_id": interrupt.run_id},
+                    extra={"action": "expiry_deferred", "run_id": run_id},
                 )
-                result.passed_over.append(interrupt.id)
+                result.passed_over.append(interrupt_id)
             except Exception:
                 _forget(session, interrupt, run)
                 log.exception(
                     "expiry of interrupt %s failed; it stays pending",
-                    interrupt.id,
-                    extra={"action": "expiry_failed", "run_id": interrupt.run_id},
+                    interrupt_id,
+                    extra={"action": "expiry_failed", "run_id": run_id},
                 )
-                result.passed_over.append(interrupt.id)
+                result.passed_over.append(interrupt_id)
             else:
                 result.handled += 1
                 if after is not None:

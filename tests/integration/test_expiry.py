@@ -10,11 +10,11 @@ from functools import partial
 from typing import Any
 
 import redis
-from sqlalchemy import select, update
+from sqlalchemy import update
 
 from models.contracts import InterruptView
 from models.db import transaction, utcnow
-from models.tables import Event, Interrupt
+from models.tables import Interrupt
 from tests.flows.expiry import NOTIFIED
 from tests.services import WorkerProcess, wait_for
 from worker import (
@@ -236,27 +236,34 @@ def test_expired_interrupts_are_an_operator_queue_oldest_first(
     assert [i.created_at for i in queue] == sorted(i.created_at for i in queue)
 
 
-def test_batches_go_on_and_a_row_that_cannot_be_handled_does_not_stop_them(
+def test_batches_go_on_and_rows_that_cannot_be_handled_do_not_stop_them(
     db: str, shared_worker: WorkerProcess
 ) -> None:
-    # Given five due interrupts, one of whose default input this process cannot validate
+    # Given six due interrupts: one whose default input this process cannot validate (it
+    # does not know the schema version) and one whose escalation record is broken
     waiting = [_waiting("expire", expires_in=60) for _ in range(4)]
-    bad_run, bad = _waiting("default", expires_in=60)
+    unknown_run, unknown = _waiting("default", expires_in=60)
+    broken_run, broken = _waiting("escalate", expires_in=60)
     with transaction() as session:
-        session.execute(update(Interrupt).where(Interrupt.id == bad.id).values(schema_version=99))
+        session.execute(
+            update(Interrupt).where(Interrupt.id == unknown.id).values(schema_version=99)
+        )
+        session.execute(
+            update(Interrupt).where(Interrupt.id == broken.id).values(escalation={"max": 1})
+        )
     # When one sweep runs with batches of two
     later = utcnow() + timedelta(hours=1)
     assert sweep_expired(now=later, batch=2) == 4
-    # Then the four others were expired and the bad one stays pending, run untouched
+    # Then the four others were expired and the two bad ones stay pending, their runs untouched
     assert {get_run(r).state for r, _ in waiting} == {"expired"}
-    assert get_interrupt(bad.id).status == "pending"
-    assert get_run(bad_run).state == "waiting"
+    for run_id, interrupt in ((unknown_run, unknown), (broken_run, broken)):
+        assert get_interrupt(interrupt.id).status == "pending"
+        assert get_run(run_id).state == "waiting"
+        assert [e for e in list_events(run_id) if e.actor == SYSTEM] == []
+    assert list_resume_attempts(interrupt_id=unknown.id) == []
+    # And the next sweep tries them again, and still changes nothing
     assert sweep_expired(now=later, batch=2) == 0
-    with transaction(readonly=True) as session:
-        system = session.execute(
-            select(Event.id).where(Event.run_id == bad_run, Event.actor == SYSTEM)
-        ).all()
-    assert system == []
+    assert len(list_interrupts(status="pending")) == 2
 
 
 def test_resumes_racing_a_sweep_are_either_accepted_or_refused_never_both(
