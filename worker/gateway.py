@@ -88,7 +88,9 @@ def submit_resume(
         return _decide(parsed, credential, attempt)
     except IntegrityError:
         # Another submission with the same idempotency key committed first.
-        return _record(attempt, ResumeOutcome.DUPLICATE, "")
+        return _record(
+            attempt, ResumeOutcome.DUPLICATE, "an attempt with this idempotency key committed first"
+        )
 
 
 def _decide(contract: ResumeContract, credential: str, attempt: _Attempt) -> ResumeResult:
