@@ -7,6 +7,9 @@ worker, so runs progress while the command inspects and resumes them.
 from __future__ import annotations
 
 import json
+import os
+import pty
+import select
 import signal
 import socket
 import subprocess
@@ -114,6 +117,45 @@ def waiting_on(run_id: str, kind: str | None = None) -> InterruptView:
 def finished(run_id: str) -> str:
     state: str = wait_for(lambda: get_run(run_id).state in FINISHED and get_run(run_id).state)
     return state
+
+
+def in_terminal(cli: Cli, args: tuple[str, ...], answers: list[tuple[str, str]]) -> tuple[int, str]:
+    """Run ``interlude`` on a pseudo-terminal, typing each answer after its prompt appears."""
+    leader, follower = pty.openpty()
+    process = subprocess.Popen(
+        [str(INTERLUDE), *args],
+        cwd=ROOT,
+        env=cli.env,
+        stdin=follower,
+        stdout=follower,
+        stderr=follower,
+        start_new_session=True,
+    )
+    os.close(follower)
+    transcript, seen = b"", 0
+    try:
+        while True:
+            ready, _, _ = select.select([leader], [], [], 0.2)
+            if not ready:
+                if process.poll() is not None:
+                    break
+                continue
+            try:
+                chunk = os.read(leader, 4096)
+            except OSError:  # EIO: the command has closed the terminal
+                break
+            transcript += chunk
+            if answers and answers[0][0].encode() in transcript[seen:]:
+                prompt, answer = answers.pop(0)
+                seen = transcript.index(prompt.encode(), seen) + len(prompt)
+                os.write(leader, answer.encode() + b"\n")
+        status = process.wait(timeout=60)
+    finally:
+        os.close(leader)
+        if process.poll() is None:
+            process.kill()
+    assert not answers, f"never asked {answers[0][0]!r}: {transcript.decode(errors='replace')}"
+    return status, transcript.decode(errors="replace")
 
 
 def write_json(path: Path, value: Any) -> str:
@@ -296,11 +338,16 @@ def test_pause_and_cancel(cli: Cli) -> None:
     paused = cli.json("runs", "pause", run_id, "--actor", "ops")
     assert paused == {"run_id": run_id, "pause_requested_by": "ops"}
 
-    # When it is resumed, it stops at its next step boundary with an operator interrupt
-    released = cli.ok(
-        "resume", interrupt.id, "--actor", "dave", "--decision", "approved", "--yes", token=secret
+    # When dave resumes it at a terminal, confirming and typing his credential at the prompt
+    status, transcript = in_terminal(
+        cli,
+        ("resume", interrupt.id, "--actor", "dave", "--decision", "approved"),
+        [("Submit this resume? [y/N]", "y"), ("credential for dave:", secret)],
     )
-    assert "accepted" in released.stdout
+    assert status == 0, transcript
+    assert "accepted" in transcript and secret not in transcript
+
+    # Then it stops at its next step boundary with an operator interrupt
     operator = waiting_on(run_id, kind="operator")
     queue = cli.json("interrupts", "list", "--kind", "operator")
     assert [(i["id"], i["run_id"]) for i in queue] == [(operator.id, run_id)]

@@ -66,6 +66,11 @@ def main(argv: list[str] | None = None) -> int:
         return FAILURE
     except KeyboardInterrupt:
         return INTERRUPTED
+    except BrokenPipeError:
+        # The reader went away (``interlude runs list | head``): not worth a traceback.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return FAILURE
 
 
 def _project_on_path() -> None:
