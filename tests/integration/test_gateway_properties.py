@@ -224,7 +224,7 @@ def test_mutated_contracts_never_change_a_run_unless_accepted(
     holder = data.draw(st.sampled_from(["alice", "alice", "bob", "nobody"]))
     contract = contract_for(target, "bob" if holder == "bob" else "alice")
     mutated = _apply(contract, data.draw(_mutations(stage)))
-    credential = stage.credentials.get(holder, "ilc_not-a-credential")
+    credential = stage.credentials.get(holder) or data.draw(scalars)
     # When it is submitted, Then the outcome is recorded and only an acceptance moves a run
     result = _submit_and_check(stage, mutated, credential)
     event(f"outcome: {result.outcome}")
