@@ -1,5 +1,6 @@
 """interlude's worker: the Celery app (``celery -A worker worker``) and the application API."""
 
+from models.contracts import InterruptView, ResumeContract, ResumeResult
 from worker import tasks  # noqa: F401  (registers the tasks with the app)
 from worker.actors import add_actor, list_actors, revoke_actor, set_actor_roles
 from worker.app import app
@@ -18,9 +19,12 @@ __all__ = [
     "UNKNOWN",
     "BudgetGrant",
     "Flow",
+    "InterruptView",
     "OperatorRelease",
     "RepairResolution",
     "Resume",
+    "ResumeContract",
+    "ResumeResult",
     "StepContext",
     "add_actor",
     "app",
