@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import threading
 import uuid
 from datetime import timedelta
 
@@ -14,7 +15,7 @@ from models.db import transaction, utcnow
 from models.errors import InvalidInputError, InvalidTransitionError, RunNotFoundError
 from tests.services import WorkerProcess, wait_for
 from worker import add_actor, cancel_run, enqueue_run, get_interrupt, get_run, submit_resume
-from worker.interrupts import list_resume_attempts
+from worker.interrupts import list_interrupts, list_resume_attempts
 from worker.runs import list_checkpoints, list_effects, list_events
 from worker.runtime import execute
 from worker.sweeps import sweep_expired
@@ -146,3 +147,47 @@ def test_cancelling_twice_is_refused_the_second_time(db: str, shared_worker: Wor
     with pytest.raises(InvalidTransitionError, match="cannot cancel from cancelled"):
         cancel_run(run_id, actor="ops:dave")
     assert [e.actor for e in list_events(run_id) if e.trigger == "cancel"] == ["ops:carol"]
+
+
+def test_cancels_racing_a_sweep_end_each_run_one_way(db: str, shared_worker: WorkerProcess) -> None:
+    # Given twenty waiting runs whose deadline the sweep will consider passed
+    runs = [enqueue_run("expiring", {"policy": "expire", "expires_in": 60}) for _ in range(20)]
+    wait_for(lambda: all(get_run(r).state == "waiting" for r in runs), timeout=60)
+    later = utcnow() + timedelta(hours=1)
+    start = threading.Barrier(2)
+    outcomes: dict[str, str] = {}
+
+    def cancel_all() -> None:
+        start.wait()
+        # Oldest first, as the sweep goes: the two meet on the same rows again and again.
+        for run_id in runs:
+            try:
+                cancel_run(run_id, actor="ops:carol")
+                outcomes[run_id] = "cancelled"
+            except InvalidTransitionError:
+                outcomes[run_id] = "refused"
+            except Exception as exc:  # a deadlock or anything else is a failure of the test
+                outcomes[run_id] = repr(exc)
+
+    def sweep() -> None:
+        start.wait()
+        sweep_expired(now=later, batch=1)
+
+    # When an operator cancels them while the sweep expires them
+    threads = [threading.Thread(target=cancel_all), threading.Thread(target=sweep)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    # Then every run ended exactly one way, and nobody hit a deadlock
+    for run_id in runs:
+        run = get_run(run_id)
+        closers = [(e.trigger, e.actor) for e in list_events(run_id) if e.to_state == run.state]
+        (interrupt,) = list_interrupts(run_id=run_id)
+        if outcomes[run_id] == "cancelled":
+            assert run.state == "cancelled" and closers == [("cancel", "ops:carol")]
+            assert (interrupt.status, interrupt.resolved_by) == ("cancelled", "ops:carol")
+        else:
+            assert outcomes[run_id] == "refused"
+            assert run.state == "expired" and closers == [("expire", "system:expiry")]
+            assert (interrupt.status, interrupt.resolved_by) == ("expired", "system:expiry")
