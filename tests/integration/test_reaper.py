@@ -115,18 +115,25 @@ def test_live_lease_is_left_alone(db: str) -> None:
     assert _run_row(run_id).state == "running"
 
 
+def _age_dispatch(run_id: str) -> None:
+    """Make the run's last dispatch older than the reaper's threshold."""
+    overdue = utcnow() - timedelta(seconds=get_settings().redispatch_after + 1)
+    with transaction() as session:
+        repository.set_flags(session, run_id, dispatched_at=overdue)
+
+
 def test_lost_publish_is_republished_once_and_the_run_finishes(
     db: str, shared_worker: WorkerProcess
 ) -> None:
     # Given a queued run whose task was lost after commit
     run_id = _queued()
-    later = utcnow() + timedelta(seconds=get_settings().redispatch_after + 1)
     # Nothing is republished before the threshold
     assert reap() == 0
-    # When the reaper runs past the threshold, it republishes once
-    assert reap(now=later) == 1
-    assert _run_row(run_id).dispatched_at == later
-    assert reap(now=later) == 0
+    # When the reaper runs once the dispatch is overdue, it republishes once
+    _age_dispatch(run_id)
+    assert reap() == 1
+    assert _run_row(run_id).dispatched_at > utcnow() - timedelta(seconds=5)
+    assert reap() == 0
     # Then the run is claimed and finishes
     wait_for(lambda: get_run(run_id).state == "succeeded", timeout=30)
 
@@ -256,9 +263,9 @@ def test_resume_lost_between_acceptance_and_dispatch_continues_once(
     assert get_run(run_id).state == "resuming"
     assert len(_events(run_id, "claim")) == 1
     # And the reaper, once the dispatch is overdue, republishes it to the resume queue
-    later = utcnow() + timedelta(seconds=get_settings().redispatch_after + 1)
-    assert reap(now=later) == 1
-    assert reap(now=later) == 0
+    _age_dispatch(run_id)
+    assert reap() == 1
+    assert reap() == 0
     wait_for(lambda: get_run(run_id).state == "succeeded", timeout=30)
     # And the run continued exactly once: one claim after acceptance, one more checkpoint,
     # its effect still applied once
