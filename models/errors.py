@@ -53,6 +53,14 @@ class ActorError(InterludeError):
     """actor {actor_id}: {detail}"""
 
 
+class ActorNotFoundError(ActorError):
+    """actor {actor_id}: no such actor"""
+
+
+class ActorExistsError(ActorError):
+    """actor {actor_id}: already exists"""
+
+
 class InvalidTransitionError(InterludeError):
     """run {run_id}: cannot {trigger} from {found}"""
 

@@ -13,7 +13,7 @@ from sqlalchemy.orm import Session
 
 from models.contracts import ActorView
 from models.db import transaction, utcnow
-from models.errors import ActorError
+from models.errors import ActorError, ActorExistsError, ActorNotFoundError
 from models.tables import Actor
 
 ACTOR_ID = re.compile(r"^[A-Za-z0-9_.@:\-]{1,200}$")
@@ -60,14 +60,14 @@ def add_actor(actor_id: str, roles: list[str] | tuple[str, ...]) -> str:
                 )
             )
     except IntegrityError:
-        raise ActorError(actor_id=actor_id, detail="already exists") from None
+        raise ActorExistsError(actor_id=actor_id) from None
     return credential
 
 
 def _load(session: Session, actor_id: str) -> Actor:
     actor = session.get(Actor, actor_id)
     if actor is None:
-        raise ActorError(actor_id=actor_id, detail="no such actor")
+        raise ActorNotFoundError(actor_id=actor_id)
     return actor
 
 

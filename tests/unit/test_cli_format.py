@@ -19,6 +19,8 @@ from models.contracts import (
 from models.enums import ResumeOutcome
 from models.errors import (
     ActorError,
+    ActorExistsError,
+    ActorNotFoundError,
     ConfigurationError,
     InterruptNotFoundError,
     InvalidInputError,
@@ -103,10 +105,10 @@ def test_every_refused_outcome_has_its_own_status_and_is_documented() -> None:
         (RunNotFoundError(run_id="r"), 3),
         (InterruptNotFoundError(interrupt_id="i"), 3),
         (UnknownFlowError(flow="f", known="none"), 3),
-        (ActorError(actor_id="a", detail="no such actor"), 3),
+        (ActorNotFoundError(actor_id="a"), 3),
         (InvalidTransitionError(run_id="r", trigger="cancel", found="succeeded"), 4),
         (StaleStateError(run_id="r", expected="a", found="b"), 4),
-        (ActorError(actor_id="a", detail="already exists"), 4),
+        (ActorExistsError(actor_id="a"), 4),
         (ActorError(actor_id="a", detail="at least one role is required"), 2),
         (InvalidInputError(detail="x"), 2),
         (ConfigurationError(detail="x"), 1),

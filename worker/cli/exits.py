@@ -5,6 +5,8 @@ from __future__ import annotations
 from models.enums import ResumeOutcome
 from models.errors import (
     ActorError,
+    ActorExistsError,
+    ActorNotFoundError,
     InterludeError,
     InterruptNotFoundError,
     InvalidInputError,
@@ -59,18 +61,11 @@ class CliError(Exception):
 
 def status_of(error: InterludeError) -> int:
     """The exit status for an error raised by the Python API."""
-    if isinstance(error, RunNotFoundError | InterruptNotFoundError | UnknownFlowError):
+    not_found = RunNotFoundError | InterruptNotFoundError | UnknownFlowError | ActorNotFoundError
+    if isinstance(error, not_found):
         return NOT_FOUND
-    if isinstance(error, InvalidTransitionError | StaleStateError):
+    if isinstance(error, InvalidTransitionError | StaleStateError | ActorExistsError):
         return CONFLICT
-    if isinstance(error, ActorError):
-        # ActorError is one class for several failures; its detail says which.
-        detail = str(error.fields.get("detail", ""))
-        if detail == "no such actor":
-            return NOT_FOUND
-        if detail == "already exists":
-            return CONFLICT
-        return BAD_INPUT
-    if isinstance(error, InvalidInputError):
+    if isinstance(error, InvalidInputError | ActorError):
         return BAD_INPUT
     return FAILURE
