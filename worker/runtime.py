@@ -39,6 +39,7 @@ from worker.context import InterruptSpec, ResolvedInterrupt, StepContext, Suspen
 from worker.effects import LedgerEntry, load_ledger
 from worker.flows import Flow, StepDef, get_flow
 from worker.interrupts import notify, record_interrupt
+from worker.lease import keeper
 from worker.reconcile import settle_pending_effects
 from worker.schemas import OperatorRelease
 
@@ -109,7 +110,8 @@ def _execute_step(claimed: Claimed, owner: str, *, may_chain: bool) -> Claimed |
             raise Suspend(_pause_spec(run, flow))
         if claimed.resuming:
             settle_pending_effects(ctx)
-        next_step = claimed.step.fn(ctx)
+        with keeper.holding(run.id, run.lease_epoch, _lease(claimed.step), run.lease_expires_at):
+            next_step = claimed.step.fn(ctx)
         if next_step is not None:
             flow.get_step(next_step)
         ctx.state = _as_json_state(ctx)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 from sqlalchemy import select
 
 from models.db import transaction
@@ -104,3 +106,25 @@ def test_a_run_pinned_to_a_version_this_worker_lacks_fails_closed(db: str) -> No
             select(Event.detail).where(Event.run_id == run_id, Event.trigger == "refused")
         ).scalar_one()
     assert "needs flow 'three_steps' version 7" in refused
+
+
+def test_a_step_longer_than_its_lease_keeps_it_and_runs_once(
+    db: str, shared_worker: WorkerProcess
+) -> None:
+    from worker.reaper import reap
+
+    # Given a step whose lease is 2 s and which takes 5 s, and a reaper sweeping all along
+    run_id = enqueue_run("slow", {"sleep": 5})
+    while not _finished(run_id):
+        reap()
+        time.sleep(0.3)
+    # Then the worker renewed its lease: nobody requeued the run, the step ran once
+    assert get_run(run_id).state == "succeeded"
+    with transaction(readonly=True) as session:
+        triggers = (
+            session.execute(select(Event.trigger).where(Event.run_id == run_id).order_by(Event.id))
+            .scalars()
+            .all()
+        )
+    assert "requeue" not in triggers
+    assert triggers.count("claim") == 2
