@@ -195,10 +195,16 @@ def slow_charge(ctx: StepContext) -> None:
     first = first_time(ctx.run_id, "late")
     release = f"release:{ctx.run_id}"
 
+    def stall() -> None:
+        # The test freezes this process here (SIGSTOP, as a long GC pause or a frozen VM
+        # would), so that it stops renewing its lease, and later lets it carry on.
+        outside().set(f"stalled:{ctx.run_id}", os.getpid())
+        wait_for_signal(release)
+
     def charge_slowly(*, idempotency_key: str) -> dict[str, Any]:
         receipt = apply(ctx.run_id, 1, epoch=ctx.epoch, idempotency_key=idempotency_key)
         if first and mode == "effect":
-            wait_for_signal(release)
+            stall()
             return {"late": True}
         return receipt
 
@@ -209,7 +215,7 @@ def slow_charge(ctx: StepContext) -> None:
         raise
     ctx.state["epoch"] = ctx.epoch
     if first and mode == "commit":
-        wait_for_signal(release)
+        stall()
         outside().set(f"returned:{ctx.run_id}", ctx.epoch)
     return None
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import uuid
 from datetime import timedelta
 from typing import Any
@@ -301,18 +303,22 @@ def _take_over(run_id: str) -> None:
 def test_late_writer_is_fenced_and_nothing_it_wrote_is_visible(
     db: str, shared_worker: WorkerProcess, stall: str
 ) -> None:
-    # Given a step whose first execution stalls (inside its effect, or before its commit)
-    # past its two-second lease
+    # Given a step whose first execution stalls (inside its effect, or before its commit),
+    # its process frozen past its two-second lease so that it cannot renew it
     run_id = enqueue_run("late_writer", {"stall": stall})
-    wait_for(lambda: outside().exists(f"first:{run_id}:late"), timeout=30)
-    # When the reaper takes the run over and a second execution finishes it
-    _take_over(run_id)
-    wait_for(lambda: _finished(run_id), timeout=30)
-    run = get_run(run_id)
-    assert run.state == "succeeded", run.error
-    assert [c["epoch"] for c in _claims(run_id)] == [1, 2]
-    # ...and only then the stale first execution carries on
-    outside().set(f"release:{run_id}", 1)
+    pid = int(wait_for(lambda: outside().get(f"stalled:{run_id}"), timeout=30))
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        # When the reaper takes the run over and a second execution finishes it
+        _take_over(run_id)
+        wait_for(lambda: _finished(run_id), timeout=30)
+        run = get_run(run_id)
+        assert run.state == "succeeded", run.error
+        assert [c["epoch"] for c in _claims(run_id)] == [1, 2]
+    finally:
+        # ...and only then the stale first execution carries on
+        outside().set(f"release:{run_id}", 1)
+        os.kill(pid, signal.SIGCONT)
     if stall == "effect":
         # Then its effect outcome is refused with a typed error...
         fenced = wait_for(lambda: outside().get(f"fenced:{run_id}"), timeout=30)
