@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from celery import Celery
-from kombu import Queue  # type: ignore[attr-defined]
+from kombu import Exchange, Queue  # type: ignore[attr-defined]
 
 from models.settings import Settings, get_settings
 
@@ -39,6 +39,10 @@ def broker_options(settings: Settings) -> dict[str, Any]:
     return {"visibility_timeout": VISIBILITY_TIMEOUT_SECONDS}
 
 
+def _queue(name: str) -> Queue:
+    return Queue(name, Exchange(name, type="direct"), routing_key=name)  # type: ignore[no-untyped-call]
+
+
 def create_app(settings: Settings | None = None) -> Celery:
     settings = settings or get_settings()
     celery = Celery("interlude", set_as_current=True)
@@ -58,7 +62,9 @@ def create_app(settings: Settings | None = None) -> Celery:
         worker_send_task_events=True,
         task_send_sent_event=True,
         worker_hijack_root_logger=False,
-        task_queues=[Queue(q) for q in (QUEUE_STEPS, QUEUE_RESUMES, QUEUE_MAINTENANCE)],  # type: ignore[no-untyped-call]
+        # Each queue gets its own exchange and routing key: queues declared by name alone all
+        # bind to the default exchange under one key, and every publish would reach all three.
+        task_queues=[_queue(q) for q in (QUEUE_STEPS, QUEUE_RESUMES, QUEUE_MAINTENANCE)],
         task_default_queue=QUEUE_STEPS,
         task_routes={
             TASK_STEP: {"queue": QUEUE_STEPS},

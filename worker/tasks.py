@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+from celery.signals import worker_init
+
 from worker.app import TASK_REAP, TASK_RESUME, TASK_STEP, TASK_SWEEP, app
 from worker.stats import serve_from_worker  # noqa: F401  (serves metrics if configured)
 
@@ -33,3 +37,16 @@ def reap() -> int:
     from worker.reaper import reap as reap_runs
 
     return reap_runs()
+
+
+@worker_init.connect  # type: ignore[untyped-decorator]
+def _load_flows(**_: Any) -> None:
+    """Import the flow modules (and the step runtime) once in the parent, before the pool forks.
+
+    Every pool child then starts ready; otherwise each new child (say, after one was killed)
+    pays for these imports on its first task.
+    """
+    from worker import runtime  # noqa: F401
+    from worker.flows import load_flow_modules
+
+    load_flow_modules()
