@@ -17,7 +17,6 @@ from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
-from sqlalchemy.orm.attributes import set_committed_value
 
 from models import repository
 from models.db import transaction, utcnow
@@ -145,9 +144,19 @@ def _discard(run_id: str, exc: InterludeError) -> None:
 
 def _claim(run_id: str, owner: str) -> Claimed | None:
     with transaction() as session:
-        run = session.get(Run, run_id)
-        if run is None or run.state not in repository.CLAIMABLE:
+        # The run and its latest checkpoint in one query; the claim below finds the run in
+        # the session without another.
+        found = session.execute(
+            select(Run, Checkpoint)
+            .join(
+                Checkpoint,
+                (Checkpoint.run_id == Run.id) & (Checkpoint.seq == Run.checkpoint_seq),
+            )
+            .where(Run.id == run_id)
+        ).first()
+        if found is None or found[0].state not in repository.CLAIMABLE:
             return None
+        run, checkpoint = found
         try:
             flow = get_flow(run.flow_name, run.flow_version, run_id=run.id)
             step = flow.get_step(run.next_step or "")
@@ -169,7 +178,6 @@ def _claim(run_id: str, owner: str) -> Claimed | None:
                 trigger="step_reexecuted",
                 detail={"step": step.name, "executions": run.step_executions},
             )
-        checkpoint = repository.latest_checkpoint(session, run)
         # A first execution at a fresh checkpoint has no answers to read yet and loads the
         # effect ledger only if it asks for an effect: two queries saved on the hot path.
         again = resuming or run.step_executions > 1
@@ -269,6 +277,7 @@ def _commit_suspend(claimed: Claimed, ctx: StepContext, spec: InterruptSpec, own
 def _commit_advance(
     claimed: Claimed, ctx: StepContext, next_step: str | None, owner: str, *, chain: bool
 ) -> Claimed | None:
+    """Commit the step's checkpoint and move on; when chaining, claim the next step with it."""
     run, actor = claimed.run, f"worker:{owner}"
     checkpoint = repository.new_checkpoint(
         run,
@@ -291,54 +300,39 @@ def _commit_advance(
         "lease_expires_at": None,
         "error": None,
     }
+    done = {"step": ctx.step, "checkpoint": checkpoint.seq, "next": next_step}
+    triggers: list[tuple[str, Any]] = [("complete" if next_step is None else "advance", done)]
+    step = claimed.flow.get_step(next_step) if next_step is not None and chain else None
     if next_step is None:
-        trigger, fields["output"] = "complete", ctx.state
+        fields["output"] = ctx.state
+    elif step is None:
+        fields["dispatched_at"] = now
     else:
-        trigger, fields["dispatched_at"] = "advance", now
+        # Continue in this task: the next claim is part of this commit (no publish).
+        epoch = run.lease_epoch + 1
+        triggers.append(("claim", {"epoch": epoch, "step": next_step}))
+        fields.update(
+            lease_owner=owner,
+            lease_epoch=epoch,
+            lease_expires_at=now + timedelta(seconds=_lease(step)),
+            step_executions=1,
+            not_before=None,
+        )
     try:
         with transaction() as session:
-            repository.move(
-                session,
-                run,
-                trigger,
-                actor=actor,
-                fence_epoch=ctx.epoch,
-                detail={"step": ctx.step, "checkpoint": checkpoint.seq, "next": next_step},
-                **fields,
+            repository.move_through(
+                session, run, triggers, actor=actor, fence_epoch=ctx.epoch, **fields
             )
-            session.add(checkpoint)
+            repository.insert_checkpoint(session, checkpoint)
             _record_counters(session, ctx, actor)
-            if next_step is not None and chain:
-                return _claim_next(session, claimed, checkpoint, next_step, owner)
     except (FencedError, StaleStateError) as exc:
         _discard(run.id, exc)
         return None
+    if step is not None:
+        return Claimed(run, claimed.flow, step, checkpoint, {}, None, False)
     if next_step is not None:
         dispatch.publish_step(run.id)
     return None
-
-
-def _claim_next(
-    session: Session, claimed: Claimed, checkpoint: Checkpoint, next_step: str, owner: str
-) -> Claimed:
-    """Claim the following step in the transaction that committed this one (no publish)."""
-    run, step = claimed.run, claimed.flow.get_step(next_step)
-    # The operator's pause flag is not part of the state version: read it fresh.
-    pause = session.execute(select(Run.pause_requested_by).where(Run.id == run.id)).scalar()
-    set_committed_value(run, "pause_requested_by", pause)
-    repository.move(
-        session,
-        run,
-        "claim",
-        actor=f"worker:{owner}",
-        detail={"epoch": run.lease_epoch + 1, "step": next_step},
-        lease_owner=owner,
-        lease_epoch=run.lease_epoch + 1,
-        lease_expires_at=utcnow() + timedelta(seconds=_lease(step)),
-        step_executions=1,
-        not_before=None,
-    )
-    return Claimed(run, claimed.flow, step, checkpoint, {}, None, False)
 
 
 def _commit_failure(claimed: Claimed, ctx: StepContext, exc: Exception, owner: str) -> None:

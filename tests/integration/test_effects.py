@@ -44,7 +44,9 @@ def _triggers(run_id: str) -> list[str]:
 def _counter(run_id: str, trigger: str) -> int:
     with transaction(readonly=True) as session:
         details = session.execute(
-            select(Event.detail).where(Event.run_id == run_id, Event.trigger == trigger)
+            select(Event.detail)
+            .where(Event.run_id == run_id, Event.trigger == trigger)
+            .order_by(Event.id)
         ).scalars()
         return sum(int((d or {}).get("count", 1)) for d in details)
 
@@ -277,7 +279,9 @@ def _claims(run_id: str) -> list[dict[str, Any]]:
     with transaction(readonly=True) as session:
         return list(
             session.execute(
-                select(Event.detail).where(Event.run_id == run_id, Event.trigger == "claim")
+                select(Event.detail)
+                .where(Event.run_id == run_id, Event.trigger == "claim")
+                .order_by(Event.id)
             ).scalars()
         )
 

@@ -62,7 +62,9 @@ def test_a_failing_step_is_retried_with_backoff_then_succeeds(
     with transaction(readonly=True) as session:
         retries = (
             session.execute(
-                select(Event.detail).where(Event.run_id == run_id, Event.trigger == "retry")
+                select(Event.detail)
+                .where(Event.run_id == run_id, Event.trigger == "retry")
+                .order_by(Event.id)
             )
             .scalars()
             .all()
@@ -103,7 +105,9 @@ def test_a_run_pinned_to_a_version_this_worker_lacks_fails_closed(db: str) -> No
     assert run_view.state == "queued" and run_view.checkpoints == 1
     with transaction(readonly=True) as session:
         refused = session.execute(
-            select(Event.detail).where(Event.run_id == run_id, Event.trigger == "refused")
+            select(Event.detail)
+            .where(Event.run_id == run_id, Event.trigger == "refused")
+            .order_by(Event.id)
         ).scalar_one()
     assert "needs flow 'three_steps' version 7" in refused
 

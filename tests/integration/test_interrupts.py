@@ -93,7 +93,9 @@ def test_interrupt_records_every_field_and_the_worker_lets_go(
         assert row is not None
         assert (row.lease_owner, row.lease_expires_at) == (None, None)
         suspends = session.execute(
-            select(Event.detail).where(Event.run_id == run_id, Event.trigger == "suspend")
+            select(Event.detail)
+            .where(Event.run_id == run_id, Event.trigger == "suspend")
+            .order_by(Event.id)
         ).scalars()
         assert [d["interrupt"] for d in suspends] == ["legal", "finance"]
 

@@ -58,7 +58,9 @@ def _events(run_id: str, trigger: str) -> list[Event]:
     with transaction(readonly=True) as session:
         return list(
             session.execute(
-                select(Event).where(Event.run_id == run_id, Event.trigger == trigger)
+                select(Event)
+                .where(Event.run_id == run_id, Event.trigger == trigger)
+                .order_by(Event.id)
             ).scalars()
         )
 
