@@ -102,8 +102,13 @@ def bench_interlude(runs: int, database: str, concurrency: int) -> float:
     os.environ.update(
         {k: env[k] for k in ("INTERLUDE_DATABASE_URL", "INTERLUDE_BROKER_URL", "INTERLUDE_FLOWS")}
     )
+    from models.db import dispose_engines
     from models.migrate import upgrade
+    from models.settings import reset_settings
 
+    # Each measurement has its own database: forget the previous one's settings and pool.
+    reset_settings()
+    dispose_engines()
     upgrade(url)
     proc = _worker("worker", env, "interlude.steps,interlude.resumes", concurrency)
     try:
