@@ -1,7 +1,8 @@
 """One step of one run: claim, load, execute, commit fenced on the lease epoch, dispatch.
 
 A step is at most two transactions (claim, commit) plus one per effect intent and outcome,
-and one publish after commit.
+and one publish after commit. A step that follows another in the same task costs one: its
+claim is committed with the previous step's checkpoint, and nothing is published.
 """
 
 from __future__ import annotations
