@@ -44,5 +44,11 @@ with PostgresSaver.from_conn_string(url) as saver:
     app = g.compile(checkpointer=saver)
     t = time.perf_counter()
     for _i in range(n):
-        app.invoke({"trail": []}, {"configurable": {"thread_id": uuid.uuid4().hex}})
+        app.invoke(
+            {"trail": []},
+            {"configurable": {"thread_id": uuid.uuid4().hex}},
+            # Every step persisted before the next, as interlude and DBOS do (the default,
+            # "async", may lose the latest checkpoint in a crash).
+            durability="sync",
+        )
     print(f"{n / (time.perf_counter() - t):.1f}")
