@@ -69,33 +69,37 @@ def insert_run(
     started_by: str | None,
     budget: float | None,
 ) -> Run:
-    """A new queued run with its initial checkpoint (sequence 0) and its first event."""
+    """A new queued run with its initial checkpoint (sequence 0) and its first event.
+
+    Plain inserts (this is the application's enqueue path); the returned Run is not attached
+    to the session.
+    """
     now = utcnow()
-    run = Run(
-        id=new_id(),
-        flow_name=flow_name,
-        flow_version=flow_version,
-        input=input,
-        state=RunState.QUEUED.value,
-        state_version=0,
-        next_step=first_step,
-        checkpoint_seq=0,
-        idempotency_key=idempotency_key,
-        started_by=started_by,
-        lease_epoch=0,
-        lost_leases=0,
-        step_attempts=0,
-        step_executions=0,
-        budget_allowance=budget,
-        budget_consumed=0.0,
-        dispatched_at=now,
-        created_at=now,
-        updated_at=now,
-    )
-    session.add(run)
-    # No ORM relationships: flush the run first so rows that reference it can follow.
-    session.flush()
-    session.add(
+    values: dict[str, Any] = {
+        "id": new_id(),
+        "flow_name": flow_name,
+        "flow_version": flow_version,
+        "input": input,
+        "state": RunState.QUEUED.value,
+        "state_version": 0,
+        "next_step": first_step,
+        "checkpoint_seq": 0,
+        "idempotency_key": idempotency_key,
+        "started_by": started_by,
+        "lease_epoch": 0,
+        "lost_leases": 0,
+        "step_attempts": 0,
+        "step_executions": 0,
+        "budget_allowance": budget,
+        "budget_consumed": 0.0,
+        "dispatched_at": now,
+        "created_at": now,
+        "updated_at": now,
+    }
+    session.execute(insert(RUNS).values(values))
+    run = Run(**values)
+    insert_checkpoint(
+        session,
         Checkpoint(
             id=new_id(),
             run_id=run.id,
@@ -107,7 +111,7 @@ def insert_run(
             effects=[],
             epoch=0,
             created_at=now,
-        )
+        ),
     )
     record_event(
         session,
@@ -118,7 +122,6 @@ def insert_run(
         detail={"flow": flow_name, "version": flow_version},
         at=now,
     )
-    session.flush()
     return run
 
 
