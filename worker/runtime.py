@@ -33,7 +33,7 @@ from models.errors import (
     UnknownStepError,
 )
 from models.settings import get_settings
-from models.tables import Checkpoint, Interrupt, Run
+from models.tables import Checkpoint, Event, Interrupt, Run
 from worker import dispatch
 from worker.context import InterruptSpec, ResolvedInterrupt, StepContext, Suspend, build_spec
 from worker.effects import LedgerEntry, load_ledger
@@ -162,10 +162,18 @@ def _claim(run_id: str, owner: str) -> Claimed | None:
             flow = get_flow(run.flow_name, run.flow_version, run_id=run.id)
             step = flow.get_step(run.next_step or "")
         except (FlowVersionError, UnknownStepError) as exc:
-            # Fail closed: the run stays where it is and the operator sees why.
-            repository.record_event(
-                session, run.id, actor=f"worker:{owner}", trigger="refused", detail=str(exc)
-            )
+            # Fail closed: the run stays where it is and the operator sees why (once: the
+            # reaper republishes the run until a worker that can continue it takes it).
+            last = session.execute(
+                select(Event.trigger, Event.detail)
+                .where(Event.run_id == run.id)
+                .order_by(Event.id.desc())
+                .limit(1)
+            ).first()
+            if last is None or tuple(last) != ("refused", str(exc)):
+                repository.record_event(
+                    session, run.id, actor=f"worker:{owner}", trigger="refused", detail=str(exc)
+                )
             log.error("cannot continue run: %s", exc, extra={"action": "refuse", "run_id": run_id})
             return None
         resuming = run.state == RunState.RESUMING.value

@@ -101,6 +101,7 @@ def test_a_run_pinned_to_a_version_this_worker_lacks_fails_closed(db: str) -> No
         )
         run_id = run.id
     execute(run_id)
+    execute(run_id)  # a republished task meets the same refusal: recorded once
     run_view = get_run(run_id)
     assert run_view.state == "queued" and run_view.checkpoints == 1
     with transaction(readonly=True) as session:
