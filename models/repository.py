@@ -224,7 +224,9 @@ def _raise_lost_race(session: Session, run: Run, fence_epoch: int | None) -> NoR
     )
 
 
-def claim(session: Session, run_id: str, *, owner: str, lease_seconds: float) -> Run | None:
+def claim(
+    session: Session, run_id: str, *, owner: str, lease_seconds: float, **fields: Any
+) -> Run | None:
     """Take the run with a fresh lease and fencing epoch, or None if it is not claimable.
 
     A duplicate delivery, a run already owned or a finished run all end here as None.
@@ -247,6 +249,7 @@ def claim(session: Session, run_id: str, *, owner: str, lease_seconds: float) ->
             lease_expires_at=now + timedelta(seconds=lease_seconds),
             step_executions=run.step_executions + 1,
             not_before=None,
+            **fields,
         )
     except StaleStateError:
         return None
@@ -278,7 +281,7 @@ def latest_checkpoint(session: Session, run: Run) -> Checkpoint:
 def new_checkpoint(
     run: Run,
     *,
-    step: str,
+    step: str | None,
     next_step: str | None,
     state: Any,
     budget_consumed: float,

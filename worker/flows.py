@@ -22,6 +22,8 @@ StepFn = Callable[["StepContext"], "str | None"]
 # Recomputes, from current records, the evidence an interrupt was raised on.
 Revalidator = Callable[["RevalidationContext"], Any]
 Notifier = Callable[[InterruptView], None]
+# Turns the flow state a run checkpointed under an older version into this version's state.
+Migration = Callable[[dict[str, Any]], dict[str, Any]]
 
 DEFAULT_RETRIES = 3
 DEFAULT_BACKOFF = 1.0
@@ -58,6 +60,7 @@ class Flow:
     revalidators: dict[str, Revalidator] = field(default_factory=dict)
     notifiers: list[Notifier] = field(default_factory=list)
     reconcilers: dict[str, Callable[[str], Any]] = field(default_factory=dict)
+    migrations: dict[int, Migration] = field(default_factory=dict)
     input_model: type[BaseModel] | None = None
 
     def __post_init__(self) -> None:
@@ -106,6 +109,23 @@ class Flow:
 
         def decorate(fn: Callable[[str], Any]) -> Callable[[str], Any]:
             self.reconcilers[effect_name] = fn
+            return fn
+
+        return decorate
+
+    def migrates_from(self, version: int) -> Callable[[Migration], Migration]:
+        """Declare how a run of ``version`` continues on this version: its state, migrated.
+
+        A worker without ``version`` applies it at the run's next step boundary; a run whose
+        checkpoint already holds accepted answers stays bound to its version.
+        """
+
+        def decorate(fn: Migration) -> Migration:
+            if not 1 <= version < self.version:
+                raise FlowDefinitionError(
+                    detail=f"flow {self.name!r} v{self.version} cannot migrate from v{version}"
+                )
+            self.migrations[version] = fn
             return fn
 
         return decorate
@@ -168,6 +188,27 @@ def get_flow(name: str, version: int | None = None, *, run_id: str = "?") -> Flo
             run_id=run_id, flow=name, version=version, available=sorted(versions)
         )
     return flow
+
+
+def continuation(
+    name: str, version: int, *, run_id: str = "?"
+) -> tuple[Flow, Migration | None]:
+    """The flow that continues a run of ``name`` pinned to ``version``.
+
+    That version itself if this process has it; else the newest version declaring a migration
+    from it, with that migration; else FlowVersionError.
+    """
+    try:
+        return get_flow(name, version, run_id=run_id), None
+    except FlowVersionError:
+        with _lock:
+            newer = sorted(
+                (f for (n, _), f in _flows.items() if n == name and version in f.migrations),
+                key=lambda f: f.version,
+            )
+        if not newer:
+            raise
+        return newer[-1], newer[-1].migrations[version]
 
 
 def registered_flows() -> list[Flow]:

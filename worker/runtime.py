@@ -37,7 +37,7 @@ from models.tables import Checkpoint, Event, Interrupt, Run
 from worker import dispatch
 from worker.context import InterruptSpec, ResolvedInterrupt, StepContext, Suspend, build_spec
 from worker.effects import LedgerEntry, load_ledger
-from worker.flows import Flow, StepDef, get_flow
+from worker.flows import Flow, Migration, StepDef, continuation
 from worker.interrupts import notify, record_interrupt
 from worker.lease import keeper
 from worker.reconcile import settle_pending_effects
@@ -159,9 +159,10 @@ def _claim(run_id: str, owner: str) -> Claimed | None:
             return None
         run, checkpoint = found
         try:
-            flow = get_flow(run.flow_name, run.flow_version, run_id=run.id)
+            flow, migration = continuation(run.flow_name, run.flow_version, run_id=run.id)
             step = flow.get_step(run.next_step or "")
-        except (FlowVersionError, UnknownStepError) as exc:
+            migrated = _migrated(session, run, checkpoint, flow, migration)
+        except (FlowVersionError, UnknownStepError, FlowDefinitionError) as exc:
             # Fail closed: the run stays where it is and the operator sees why (once: the
             # reaper republishes the run until a worker that can continue it takes it).
             last = session.execute(
@@ -177,8 +178,27 @@ def _claim(run_id: str, owner: str) -> Claimed | None:
             log.error("cannot continue run: %s", exc, extra={"action": "refuse", "run_id": run_id})
             return None
         resuming = run.state == RunState.RESUMING.value
-        if repository.claim(session, run_id, owner=owner, lease_seconds=_lease(step)) is None:
+        old_version = run.flow_version
+        fields = (
+            {}
+            if migrated is None
+            else {"flow_version": flow.version, "checkpoint_seq": migrated.seq}
+        )
+        if (
+            repository.claim(session, run_id, owner=owner, lease_seconds=_lease(step), **fields)
+            is None
+        ):
             return None
+        if migrated is not None:
+            repository.insert_checkpoint(session, migrated)
+            repository.record_event(
+                session,
+                run.id,
+                actor=f"worker:{owner}",
+                trigger="migrate",
+                detail={"from": old_version, "to": flow.version, "checkpoint": migrated.seq},
+            )
+            checkpoint = migrated
         if run.step_executions > 1:
             repository.record_event(
                 session,
@@ -193,6 +213,54 @@ def _claim(run_id: str, owner: str) -> Claimed | None:
         resolved = _resolved_interrupts(session, run.id, checkpoint.id) if again else {}
         ledger = load_ledger(session, run.id) if again else None
         return Claimed(run, flow, step, checkpoint, resolved, ledger, resuming)
+
+
+def _migrated(
+    session: Session, run: Run, checkpoint: Checkpoint, flow: Flow, migration: Migration | None
+) -> Checkpoint | None:
+    """The checkpoint that carries a run onto ``flow``'s version, if it needs a migration.
+
+    Only at a step boundary: accepted answers are bound to the checkpoint they released, so a
+    run resuming (or re-executing a step that was answered) stays on its own version.
+    """
+    if migration is None:
+        return None
+    answered = (
+        run.state == RunState.RESUMING.value
+        or session.execute(
+            select(Interrupt.id)
+            .where(
+                Interrupt.run_id == run.id,
+                Interrupt.checkpoint_id == checkpoint.id,
+                Interrupt.status == InterruptStatus.RESOLVED.value,
+            )
+            .limit(1)
+        ).first()
+    )
+    if answered:
+        raise FlowVersionError(
+            f"run {run.id}: answers at checkpoint {checkpoint.seq} bind it to flow "
+            f"{run.flow_name!r} version {run.flow_version}, which this worker does not have",
+            run_id=run.id,
+        )
+    try:
+        state = json.loads(json.dumps(migration(dict(checkpoint.state or {})), allow_nan=False))
+    except Exception as exc:
+        raise FlowDefinitionError(
+            detail=f"migration of run {run.id} from version {run.flow_version} to "
+            f"{flow.version} failed: {type(exc).__name__}: {exc}"
+        ) from None
+    if not isinstance(state, dict):
+        raise FlowDefinitionError(detail=f"migration of run {run.id} did not return a dict")
+    return repository.new_checkpoint(
+        run,
+        step=None,
+        next_step=run.next_step,
+        state=state,
+        budget_consumed=run.budget_consumed,
+        effects=[],
+        epoch=run.lease_epoch + 1,
+    )
 
 
 def _lease(step: StepDef) -> float:

@@ -76,3 +76,24 @@ def crawl(ctx: StepContext) -> None:
         time.sleep(float(ctx.input.get("sleep", 0)))
     ctx.state["crawled"] = True
     return None
+
+
+# Only version 2 of "evolving" is deployed; runs started on version 1 migrate onto it.
+evolving = Flow("evolving", version=2)
+
+
+@evolving.migrates_from(1)
+def _from_v1(state: dict[str, object]) -> dict[str, object]:
+    return {**state, "unit": "cents", "total": int(float(str(state.get("total", 0))) * 100)}
+
+
+@evolving.step()
+def tally(ctx: StepContext) -> str:
+    ctx.state["tallied_by"] = "v2"
+    return "close"
+
+
+@evolving.step()
+def close(ctx: StepContext) -> None:
+    ctx.state["closed"] = True
+    return None

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from sqlalchemy import select
+from sqlalchemy import select, update
 
 from models.db import transaction
 from models.tables import Checkpoint, Event
@@ -133,3 +133,73 @@ def test_a_step_longer_than_its_lease_keeps_it_and_runs_once(
         )
     assert "requeue" not in triggers
     assert triggers.count("claim") == 2
+
+
+def _pinned_run(flow: str, version: int, first_step: str, state: dict[str, object]) -> str:
+    """A queued run of an older flow version whose last checkpoint holds ``state``."""
+    from models import repository
+
+    with transaction() as session:
+        run = repository.insert_run(
+            session,
+            flow_name=flow,
+            flow_version=version,
+            input={},
+            first_step=first_step,
+            idempotency_key=None,
+            started_by="test",
+            budget=None,
+        )
+        session.execute(update(Checkpoint).where(Checkpoint.run_id == run.id).values(state=state))
+        return run.id
+
+
+def test_a_run_of_a_retired_version_continues_through_the_declared_migration(db: str) -> None:
+    from worker.runtime import execute
+
+    # Given a run started on version 1, and a worker that only has version 2 (with a migration)
+    run_id = _pinned_run("evolving", 1, "tally", {"total": "12.5"})
+    # When the worker continues it
+    execute(run_id)
+    # Then its state was migrated at the step boundary, recorded, and version 2 finished it
+    run = get_run(run_id)
+    assert (run.state, run.flow_version) == ("succeeded", 2)
+    assert run.output == {"total": 1250, "unit": "cents", "tallied_by": "v2", "closed": True}
+    with transaction(readonly=True) as session:
+        migrate = session.execute(
+            select(Event.detail).where(Event.run_id == run_id, Event.trigger == "migrate")
+        ).scalar_one()
+        seqs = session.execute(
+            select(Checkpoint.seq, Checkpoint.step, Checkpoint.state)
+            .where(Checkpoint.run_id == run_id)
+            .order_by(Checkpoint.seq)
+        ).all()
+    assert migrate == {"from": 1, "to": 2, "checkpoint": 1}
+    assert [tuple(s)[:2] for s in seqs] == [(0, None), (1, None), (2, "tally"), (3, "close")]
+    assert seqs[0].state == {"total": "12.5"}  # the old checkpoint is kept as it was
+    assert seqs[1].state == {"total": 1250, "unit": "cents"}
+
+
+def test_a_resuming_run_stays_bound_to_its_version(db: str) -> None:
+    from models import repository
+    from models.tables import Run
+    from worker.runtime import execute
+
+    # Given a run of version 1 that was answered (resuming): its answer binds its checkpoint
+    run_id = _pinned_run("evolving", 1, "tally", {"total": "3"})
+    with transaction() as session:
+        run = session.get(Run, run_id)
+        assert run is not None
+        repository.move_through(
+            session, run, [("claim", {}), ("suspend", {}), ("accept_resume", {})], actor="test"
+        )
+    # When a worker with only version 2 receives it
+    execute(run_id)
+    # Then it refuses to migrate it: the run stays resuming on version 1, and says why
+    run_view = get_run(run_id)
+    assert (run_view.state, run_view.flow_version, run_view.checkpoints) == ("resuming", 1, 1)
+    with transaction(readonly=True) as session:
+        refused = session.execute(
+            select(Event.detail).where(Event.run_id == run_id, Event.trigger == "refused")
+        ).scalar_one()
+    assert "answers at checkpoint 0 bind it to flow 'evolving' version 1" in refused
