@@ -190,9 +190,7 @@ def get_flow(name: str, version: int | None = None, *, run_id: str = "?") -> Flo
     return flow
 
 
-def continuation(
-    name: str, version: int, *, run_id: str = "?"
-) -> tuple[Flow, Migration | None]:
+def continuation(name: str, version: int, *, run_id: str = "?") -> tuple[Flow, Migration | None]:
     """The flow that continues a run of ``name`` pinned to ``version``.
 
     That version itself if this process has it; else the newest version declaring a migration
