@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any, NoReturn
 
-from sqlalchemy import Table, func, insert, select, update
+from sqlalchemy import Table, insert, select, update
 from sqlalchemy.orm import Session
 from sqlalchemy.orm.attributes import set_committed_value
 
@@ -321,14 +321,6 @@ def set_flags(session: Session, run_id: str, **fields: Any) -> bool:
         .execution_options(synchronize_session=False)
     )
     return bool(result.rowcount == 1)  # type: ignore[attr-defined]
-
-
-def checkpoint_count(session: Session, run_id: str) -> int:
-    return int(
-        session.execute(
-            select(func.count()).select_from(Checkpoint).where(Checkpoint.run_id == run_id)
-        ).scalar_one()
-    )
 
 
 def mark_redispatched(

@@ -13,8 +13,6 @@ DEFAULT_DATABASE_URL = f"sqlite:///{DEFAULT_HOME / 'interlude.db'}"
 DEFAULT_BROKER_URL = "filesystem://"
 DEFAULT_LEASE_SECONDS = 60.0
 DEFAULT_MAX_CLAIMS = 5
-DEFAULT_SWEEP_INTERVAL = 5.0
-DEFAULT_REAP_INTERVAL = 10.0
 DEFAULT_REDISPATCH_AFTER = 30.0
 DEFAULT_SWEEP_BATCH = 200
 DEFAULT_PAUSE_EXPIRES_IN = 7 * 24 * 3600.0
@@ -33,8 +31,6 @@ class Settings(BaseSettings):
     lease_seconds: float = DEFAULT_LEASE_SECONDS
     # A run whose lease expired this many times in a row is failed by the reaper.
     max_claims: int = DEFAULT_MAX_CLAIMS
-    sweep_interval: float = DEFAULT_SWEEP_INTERVAL
-    reap_interval: float = DEFAULT_REAP_INTERVAL
     redispatch_after: float = DEFAULT_REDISPATCH_AFTER
     sweep_batch: int = DEFAULT_SWEEP_BATCH
     pause_expires_in: float = DEFAULT_PAUSE_EXPIRES_IN

@@ -207,9 +207,3 @@ def continuation(name: str, version: int, *, run_id: str = "?") -> tuple[Flow, M
         if not newer:
             raise
         return newer[-1], newer[-1].migrations[version]
-
-
-def registered_flows() -> list[Flow]:
-    load_flow_modules()
-    with _lock:
-        return sorted(_flows.values(), key=lambda f: (f.name, f.version))
