@@ -1,1 +1,1 @@
-"""Tables, engine and sessions, the run repository, and the pydantic contracts at the edges."""
+"""Tables, engine and sessions, one store per table family, and the contracts at the edges."""

@@ -19,6 +19,15 @@ def canonical_json(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
+def json_copy(value: Any) -> Any:
+    """``value`` as it will be stored and read back: JSON with finite numbers only.
+
+    The one check for every value interlude stores (run input, flow state, receipts,
+    evidence, resume input); raises TypeError or ValueError for anything else.
+    """
+    return json.loads(json.dumps(value, allow_nan=False))
+
+
 def evidence_hash(evidence: Any) -> str:
     """``sha256:<hex>`` of the canonical JSON of ``evidence``."""
     return "sha256:" + hashlib.sha256(canonical_json(evidence).encode()).hexdigest()
@@ -66,17 +75,12 @@ class ResumeResult(Frozen):
         return self.outcome is ResumeOutcome.ACCEPTED
 
 
-class InterruptView(Frozen):
-    id: str
-    run_id: str
+class InterruptFields(Frozen):
+    """What a flow declares about an interrupt: shared by the declaration and the view."""
+
     name: str
     kind: str
-    status: str
     reason: str
-    step: str
-    checkpoint_id: str
-    state_version: int
-    flow_version: int
     schema_name: str
     schema_version: int
     json_schema: dict[str, Any]
@@ -85,11 +89,29 @@ class InterruptView(Frozen):
     evidence: Any
     evidence_hash: str
     separate_from_starter: bool
-    deadline: datetime
     on_expiry: str
     escalation: dict[str, Any] | None
-    escalation_level: int
     default_input: dict[str, Any] | None
+
+
+class InterruptDecl(InterruptFields):
+    """A checked interrupt declaration (built by ``ctx.interrupt``), ready to be stored."""
+
+    expires_in: float
+
+
+class InterruptView(InterruptFields):
+    """A stored interrupt, as people and code read it."""
+
+    id: str
+    run_id: str
+    status: str
+    step: str
+    checkpoint_id: str
+    state_version: int
+    flow_version: int
+    deadline: datetime
+    escalation_level: int
     supersedes: str | None
     superseded_by: str | None
     previous_input: dict[str, Any] | None

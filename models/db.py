@@ -1,4 +1,4 @@
-"""Engines and transactions. SQLite (embedded default) is serialised with BEGIN IMMEDIATE."""
+"""Engines and transactions; each engine gets its dialect strategy when it is created."""
 
 from __future__ import annotations
 
@@ -7,57 +7,28 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
-from pathlib import Path
-from typing import Any
 
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import Engine
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, sessionmaker
 
+from models.dialects import Dialect, dialect_for
 from models.settings import get_settings
 
-SQLITE_BUSY_TIMEOUT_MS = 30_000
+DEFAULT_POOL_SIZE = 5
 
 _lock = threading.Lock()
 _engines: dict[str, Engine] = {}
 _sessions: dict[str, sessionmaker[Session]] = {}
+_dialects: dict[str, Dialect] = {}
 
 
 def utcnow() -> datetime:
     return datetime.now(UTC)
 
 
-def _prepare_sqlite(engine: Engine) -> None:
-    # pysqlite's own transaction handling would start transactions lazily and DEFERRED;
-    # we take over so that every write transaction holds the write lock from its first read.
-    @event.listens_for(engine, "connect")
-    def _connect(dbapi_conn: Any, _record: Any) -> None:
-        dbapi_conn.isolation_level = None
-        cur = dbapi_conn.cursor()
-        cur.execute("PRAGMA journal_mode=WAL")
-        cur.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
-        cur.execute("PRAGMA foreign_keys=ON")
-        cur.execute("PRAGMA synchronous=NORMAL")
-        cur.close()
-
-    @event.listens_for(engine, "begin")
-    def _begin(conn: Any) -> None:
-        readonly = conn.get_execution_options().get("interlude_readonly", False)
-        conn.exec_driver_sql("BEGIN" if readonly else "BEGIN IMMEDIATE")
-
-
-def make_engine(url: str) -> Engine:
-    parsed = make_url(url)
-    if parsed.get_backend_name() == "sqlite":
-        if parsed.database and parsed.database != ":memory:":
-            Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
-        engine = create_engine(url, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000})
-        _prepare_sqlite(engine)
-        return engine
-    if parsed.get_backend_name() == "postgresql" and parsed.drivername == "postgresql":
-        # psycopg 3 is the driver we ship; plain postgresql:// would ask for psycopg2.
-        url = parsed.set(drivername="postgresql+psycopg").render_as_string(hide_password=False)
-    return create_engine(url, pool_pre_ping=True, pool_size=5, max_overflow=10)
+def make_engine(url: str, pool_size: int = DEFAULT_POOL_SIZE) -> Engine:
+    return dialect_for(url).create(make_url(url), pool_size)
 
 
 def get_engine(url: str | None = None) -> Engine:
@@ -65,21 +36,23 @@ def get_engine(url: str | None = None) -> Engine:
     with _lock:
         engine = _engines.get(url)
         if engine is None:
-            engine = _engines[url] = make_engine(url)
+            _dialects[url] = dialect_for(url)
+            engine = _engines[url] = _dialects[url].create(make_url(url), DEFAULT_POOL_SIZE)
             _sessions[url] = sessionmaker(engine, expire_on_commit=False)
         return engine
 
 
-def _session_factory() -> sessionmaker[Session]:
+def _session_factory() -> tuple[sessionmaker[Session], Dialect]:
     url = get_settings().database_url
     get_engine(url)
-    return _sessions[url]
+    return _sessions[url], _dialects[url]
 
 
 @contextmanager
 def transaction(*, readonly: bool = False) -> Iterator[Session]:
     """One transaction: commit on success, roll back on any exception."""
-    session = _session_factory()()
+    factory, strategy = _session_factory()
+    session = factory(info={"dialect": strategy})
     if readonly:
         session.connection(execution_options={"interlude_readonly": True})
     try:
@@ -92,8 +65,10 @@ def transaction(*, readonly: bool = False) -> Iterator[Session]:
         session.close()
 
 
-def is_postgresql() -> bool:
-    return get_engine().dialect.name == "postgresql"
+def dialect(session: Session) -> Dialect:
+    """The strategy of the engine ``session`` works on (set by ``transaction``)."""
+    strategy: Dialect = session.info["dialect"]
+    return strategy
 
 
 def dispose_engines(*, close: bool = True) -> None:
@@ -103,6 +78,7 @@ def dispose_engines(*, close: bool = True) -> None:
             engine.dispose(close=close)
         _engines.clear()
         _sessions.clear()
+        _dialects.clear()
 
 
 # A forked Celery pool child must not share its parent's sockets.

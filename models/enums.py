@@ -1,28 +1,26 @@
-"""The one status vocabulary shared by the state machine, the tables and the CLI."""
+"""The one status vocabulary shared by the state machine, the tables and the CLI.
+
+Run and interrupt states belong to their lifecycles in ``statemachine``; they are re-exported
+here so that the rest of interlude has one place to import its vocabulary from.
+"""
 
 from __future__ import annotations
 
 from enum import StrEnum
 
+from statemachine import TERMINAL_STATES, InterruptStatus, RunState
 
-class RunState(StrEnum):
-    QUEUED = "queued"
-    RUNNING = "running"
-    WAITING = "waiting"
-    RESUMING = "resuming"
-    SUCCEEDED = "succeeded"
-    FAILED = "failed"
-    EXPIRED = "expired"
-    CANCELLED = "cancelled"
-
-    @property
-    def terminal(self) -> bool:
-        return self in TERMINAL_STATES
-
-
-TERMINAL_STATES = frozenset(
-    {RunState.SUCCEEDED, RunState.FAILED, RunState.EXPIRED, RunState.CANCELLED}
-)
+__all__ = [
+    "TERMINAL_STATES",
+    "Decision",
+    "EffectStatus",
+    "EventKind",
+    "ExpiryPolicy",
+    "InterruptKind",
+    "InterruptStatus",
+    "ResumeOutcome",
+    "RunState",
+]
 
 
 class InterruptKind(StrEnum):
@@ -32,14 +30,6 @@ class InterruptKind(StrEnum):
     REPAIR = "repair"
     BUDGET = "budget"
     OPERATOR = "operator"
-
-
-class InterruptStatus(StrEnum):
-    PENDING = "pending"
-    RESOLVED = "resolved"
-    EXPIRED = "expired"
-    SUPERSEDED = "superseded"
-    CANCELLED = "cancelled"
 
 
 class ExpiryPolicy(StrEnum):
@@ -70,3 +60,41 @@ class EffectStatus(StrEnum):
     INTENT = "intent"
     APPLIED = "applied"
     FAILED = "failed"
+
+
+class EventKind(StrEnum):
+    """What an audit event records: a run transition (named by its trigger) or another fact."""
+
+    # Run transitions (the triggers of statemachine.lifecycle).
+    CLAIM = "claim"
+    ADVANCE = "advance"
+    RETRY = "retry"
+    REQUEUE = "requeue"
+    SUSPEND = "suspend"
+    ACCEPT_RESUME = "accept_resume"
+    EXPIRE = "expire"
+    COMPLETE = "complete"
+    FAIL = "fail"
+    CANCEL = "cancel"
+    # Facts that are not transitions.
+    ENQUEUE = "enqueue"
+    INTERRUPT = "interrupt"
+    INTERRUPT_EXPIRED = "interrupt_expired"
+    ESCALATE = "escalate"
+    REVIEW_RENEWED = "review_renewed"
+    PAUSE_REQUESTED = "pause_requested"
+    MIGRATE = "migrate"
+    REFUSED = "refused"
+    # Repeated work (counted by stats): one event per re-execution, counters carry {"count": n}.
+    STEP_REEXECUTED = "step_reexecuted"
+    EFFECT_SKIPPED = "effect_skipped"
+    EFFECT_RECONCILED = "effect_reconciled"
+    REPAIR_RAISED = "repair_raised"
+
+
+REPEATED_WORK = (
+    EventKind.STEP_REEXECUTED,
+    EventKind.EFFECT_SKIPPED,
+    EventKind.EFFECT_RECONCILED,
+    EventKind.REPAIR_RAISED,
+)

@@ -1,5 +1,36 @@
-"""The run lifecycle: states, triggers and the transition table (pure, no I/O)."""
+"""Lifecycles of runs and interrupts: states, triggers and transition tables (pure, no I/O).
 
-from statemachine.lifecycle import destination, sources, transition_table, triggers
+Nothing here imports the rest of interlude: ``models`` builds on it, never the other way.
+"""
 
-__all__ = ["destination", "sources", "transition_table", "triggers"]
+from statemachine.interrupts import (
+    InterruptStatus,
+    interrupt_destination,
+    interrupt_sources,
+    interrupt_table,
+)
+from statemachine.lifecycle import (
+    CLAIMABLE,
+    TERMINAL_STATES,
+    RunState,
+    destination,
+    sources,
+    transition_table,
+    triggers,
+)
+from statemachine.table import TransitionNotAllowed
+
+__all__ = [
+    "CLAIMABLE",
+    "TERMINAL_STATES",
+    "InterruptStatus",
+    "RunState",
+    "TransitionNotAllowed",
+    "destination",
+    "interrupt_destination",
+    "interrupt_sources",
+    "interrupt_table",
+    "sources",
+    "transition_table",
+    "triggers",
+]

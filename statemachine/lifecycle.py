@@ -1,20 +1,40 @@
 """The run lifecycle, declared once for the ``transitions`` library.
 
 The machine is built once per process and asked once for its transition table; every later
-decision is a dictionary lookup. The SQL compare-and-set in ``models.repository`` is what
-actually guards a row; this module only says which moves exist.
+decision is a dictionary lookup. The SQL compare-and-set in ``models.runs`` is what actually
+guards a row; this module only says which moves exist.
 """
 
 from __future__ import annotations
 
+from enum import StrEnum
 from functools import lru_cache
 from types import MappingProxyType
 from typing import Any
 
-from transitions import Machine
+from statemachine.table import TransitionNotAllowed, build_table
 
-from models.enums import TERMINAL_STATES, RunState
-from models.errors import InvalidTransitionError
+
+class RunState(StrEnum):
+    QUEUED = "queued"
+    RUNNING = "running"
+    WAITING = "waiting"
+    RESUMING = "resuming"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    EXPIRED = "expired"
+    CANCELLED = "cancelled"
+
+    @property
+    def terminal(self) -> bool:
+        return self in TERMINAL_STATES
+
+
+TERMINAL_STATES = frozenset(
+    {RunState.SUCCEEDED, RunState.FAILED, RunState.EXPIRED, RunState.CANCELLED}
+)
+# The states a worker may claim a run from.
+CLAIMABLE = (RunState.QUEUED.value, RunState.RESUMING.value)
 
 Q, R, W, RS = RunState.QUEUED, RunState.RUNNING, RunState.WAITING, RunState.RESUMING
 NON_TERMINAL = [s.value for s in RunState if s not in TERMINAL_STATES]
@@ -33,39 +53,21 @@ TRANSITIONS: list[dict[str, Any]] = [
 ]
 
 
-class _Lifecycle:
-    """The model the machine is built around; it never holds a real run."""
-
-    state: str
-
-
 @lru_cache(maxsize=1)
 def transition_table() -> MappingProxyType[tuple[str, str], str]:
     """``(trigger, source) -> dest`` as the transitions library resolves it."""
-    machine = Machine(
-        model=_Lifecycle(),
-        states=[s.value for s in RunState],
-        transitions=TRANSITIONS,
-        initial=Q.value,
-        auto_transitions=False,
-    )
-    table: dict[tuple[str, str], str] = {}
-    for trigger, ev in machine.events.items():
-        for source, transitions in ev.transitions.items():
-            for transition in transitions:
-                table[(trigger, source)] = str(transition.dest)
-    return MappingProxyType(table)
+    return build_table([s.value for s in RunState], TRANSITIONS, Q.value)
 
 
 def triggers() -> frozenset[str]:
     return frozenset(trigger for trigger, _ in transition_table())
 
 
-def destination(trigger: str, current: str, *, run_id: str = "?") -> RunState:
-    """The state ``trigger`` moves a run in ``current`` to, or InvalidTransitionError."""
+def destination(trigger: str, current: str) -> RunState:
+    """The state ``trigger`` moves a run in ``current`` to, or TransitionNotAllowed."""
     dest = transition_table().get((trigger, current))
     if dest is None:
-        raise InvalidTransitionError(run_id=run_id, trigger=trigger, found=current)
+        raise TransitionNotAllowed(trigger, current)
     return RunState(dest)
 
 

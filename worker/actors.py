@@ -7,10 +7,10 @@ import hmac
 import re
 import secrets
 
-from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from models import actors as store
 from models.contracts import ActorView
 from models.db import transaction, utcnow
 from models.errors import ActorError, ActorExistsError, ActorNotFoundError
@@ -51,48 +51,39 @@ def add_actor(actor_id: str, roles: list[str] | tuple[str, ...]) -> str:
     credential = CREDENTIAL_PREFIX + secrets.token_urlsafe(32)
     try:
         with transaction() as session:
-            session.add(
-                Actor(
-                    id=actor_id,
-                    roles=role_list,
-                    credential_hash=hash_credential(credential),
-                    created_at=utcnow(),
-                )
-            )
+            store.insert_actor(session, actor_id, role_list, hash_credential(credential))
     except IntegrityError:
         raise ActorExistsError(actor_id=actor_id) from None
     return credential
 
 
-def _load(session: Session, actor_id: str) -> Actor:
-    actor = session.get(Actor, actor_id)
-    if actor is None:
-        raise ActorNotFoundError(actor_id=actor_id)
-    return actor
-
-
 def revoke_actor(actor_id: str) -> None:
     with transaction() as session:
-        actor = _load(session, actor_id)
-        if actor.revoked_at is None:
-            actor.revoked_at = utcnow()
+        if not store.revoke(session, actor_id, utcnow()) and not store.exists(session, actor_id):
+            raise ActorNotFoundError(actor_id=actor_id)
 
 
 def set_actor_roles(actor_id: str, roles: list[str] | tuple[str, ...]) -> None:
     role_list = _roles(actor_id, roles)
     with transaction() as session:
-        _load(session, actor_id).roles = role_list
+        if not store.set_roles(session, actor_id, role_list):
+            raise ActorNotFoundError(actor_id=actor_id)
 
 
 def list_actors() -> list[ActorView]:
     with transaction(readonly=True) as session:
-        rows = session.execute(select(Actor).order_by(Actor.id)).scalars()
-        return [ActorView.model_validate(row, from_attributes=True) for row in rows]
+        return [
+            ActorView.model_validate(row, from_attributes=True) for row in store.list_all(session)
+        ]
 
 
 def authenticate(session: Session, actor_id: str, credential: object) -> Actor | None:
-    """The active actor whose stored hash matches ``credential`` (constant-time), else None."""
-    actor = session.get(Actor, actor_id)
+    """The active actor whose stored hash matches ``credential`` (constant-time), else None.
+
+    The row stays as read until the caller's transaction ends: a revoke committing meanwhile
+    is ordered after the decision made with it, not in the middle of it.
+    """
+    actor = store.get_actor(session, actor_id, for_decision=True)
     stored = actor.credential_hash if actor is not None else _ABSENT_HASH
     given = hash_credential(credential) if isinstance(credential, str) else ""
     matches = hmac.compare_digest(stored.encode(), given.encode())

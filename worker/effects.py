@@ -3,8 +3,8 @@
 A step may execute again; an effect recorded ``applied`` returns its receipt without being
 called again, and an ``intent`` whose outcome is unknown (the process died in between) is
 reconciled before the step continues, or handed to an operator as a ``repair`` interrupt.
-Every ledger write is fenced on the step's lease epoch (``ctx.epoch``), which ``fn`` may also
-pass on to systems that accept fencing tokens.
+Every ledger write is fenced on the step's lease epoch, which ``fn`` may also pass on to
+systems that accept fencing tokens.
 """
 
 from __future__ import annotations
@@ -12,26 +12,23 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
-from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.orm import Session
 
-from models import repository
-from models.contracts import evidence_hash
-from models.db import transaction, utcnow
-from models.enums import Decision, EffectStatus, InterruptKind, InterruptStatus
+from models import effects as store
+from models import interrupts as interrupt_store
+from models.contracts import evidence_hash, json_copy
+from models.db import transaction
+from models.effects import LedgerEntry
+from models.enums import Decision, EffectStatus, EventKind, InterruptKind
 from models.errors import EffectError
-from models.tables import Effect, Interrupt
+from worker.declarations import Suspend, declare
+from worker.flows import Flow
 from worker.schemas import RepairResolution
 
-if TYPE_CHECKING:
-    from worker.context import StepContext
-
 log = logging.getLogger(__name__)
+REPAIR_EXPIRES_IN = 7 * 24 * 3600
 
 
 class _Marker:
@@ -48,27 +45,25 @@ NOT_APPLIED: Any = _Marker("NOT_APPLIED")
 UNKNOWN: Any = _Marker("UNKNOWN")
 
 
-@dataclass(frozen=True)
-class LedgerEntry:
-    key: str
-    name: str
-    status: str
-    receipt: Any
+class EffectScope(Protocol):
+    """What the ledger needs of the step it works for (a ``StepContext``)."""
+
+    run_id: str
+    flow: Flow
+    step: str
     epoch: int
+    checkpoint_id: str
+    checkpoint_seq: int
+    applied_effects: list[str]
+
+    def ledger(self) -> dict[str, LedgerEntry]: ...
+
+    def count(self, name: str, by: int = 1) -> None: ...
 
 
-def load_ledger(session: Any, run_id: str) -> dict[str, LedgerEntry]:
-    rows = session.execute(
-        select(
-            Effect.idempotency_key, Effect.name, Effect.status, Effect.receipt, Effect.epoch
-        ).where(Effect.run_id == run_id)
-    ).all()
-    return {r[0]: LedgerEntry(*r) for r in rows}
-
-
-def as_json(value: Any, what: str, ctx: StepContext, name: str) -> Any:
+def as_json(value: Any, what: str, ctx: EffectScope, name: str) -> Any:
     try:
-        return json.loads(json.dumps(value))
+        return json_copy(value)
     except (TypeError, ValueError):
         raise EffectError(
             run_id=ctx.run_id, name=name, detail=f"{what} is not JSON: {type(value).__name__}"
@@ -80,7 +75,7 @@ def _request_hash(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
 
 
 def perform(
-    ctx: StepContext,
+    ctx: EffectScope,
     name: str,
     fn: Callable[..., Any],
     args: tuple[Any, ...],
@@ -96,7 +91,7 @@ def perform(
         raise EffectError(run_id=ctx.run_id, name=name, detail="used twice in one execution")
     entry = ctx.ledger().get(key)
     if entry is not None and entry.status == EffectStatus.APPLIED:
-        ctx.count("effect_skipped")
+        ctx.count(EventKind.EFFECT_SKIPPED)
         ctx.applied_effects.append(key)
         return entry.receipt
     if entry is not None and entry.status == EffectStatus.INTENT:
@@ -130,43 +125,41 @@ def perform(
 
 
 def _settle_unknown(
-    ctx: StepContext,
+    ctx: EffectScope,
     name: str,
     key: str,
     entry: LedgerEntry,
     reconcile: Callable[[str], Any] | None,
 ) -> tuple[bool, Any]:
     """Decide an intent left without an outcome: (True, receipt) if it happened, else (False,)."""
-    from worker.context import Suspend, build_spec
-
     repair = _repair_for(ctx, name, entry)
     if repair is not None:
         if repair.outcome == "applied":
-            ctx.count("effect_reconciled")
+            ctx.count(EventKind.EFFECT_RECONCILED)
             return True, as_json(repair.receipt, "the repair receipt", ctx, name)
         return False, None
     verdict = UNKNOWN if reconcile is None else reconcile(key)
     if verdict is NOT_APPLIED:
-        ctx.count("effect_reconciled")
+        ctx.count(EventKind.EFFECT_RECONCILED)
         return False, None
     if verdict is not UNKNOWN and verdict is not None:
-        ctx.count("effect_reconciled")
+        ctx.count(EventKind.EFFECT_RECONCILED)
         return True, as_json(verdict, "the reconciled receipt", ctx, name)
-    ctx.count("repair_raised")
+    ctx.count(EventKind.REPAIR_RAISED)
     raise Suspend(
-        build_spec(
+        declare(
             f"repair:{name}",
             kind=InterruptKind.REPAIR,
-            model=RepairResolution,
+            input=RepairResolution,
             authority=list(ctx.flow.operator_roles),
-            expires_in=7 * 24 * 3600,
+            expires_in=REPAIR_EXPIRES_IN,
             evidence={"effect": name, "idempotency_key": key, "intent_epoch": entry.epoch},
             reason=f"outcome of effect {name!r} is unknown and cannot be reconciled",
         )
     )
 
 
-def _repair_for(ctx: StepContext, name: str, entry: LedgerEntry) -> RepairResolution | None:
+def _repair_for(ctx: EffectScope, name: str, entry: LedgerEntry) -> RepairResolution | None:
     """The operator's accepted finding on this very intent, if one was given.
 
     A finding answers for the intent it was raised on (its epoch is in the evidence): when
@@ -174,15 +167,11 @@ def _repair_for(ctx: StepContext, name: str, entry: LedgerEntry) -> RepairResolu
     the old finding says nothing about the new call.
     """
     with transaction(readonly=True) as session:
-        rows = session.execute(
-            select(Interrupt.decision, Interrupt.resume_input, Interrupt.evidence).where(
-                Interrupt.run_id == ctx.run_id,
-                Interrupt.checkpoint_id == ctx.checkpoint_id,
-                Interrupt.name == f"repair:{name}",
-                Interrupt.status == InterruptStatus.RESOLVED.value,
-            )
-        ).all()
-    for decision, resume_input, evidence in rows:
+        rows = interrupt_store.resolved_at(
+            session, ctx.run_id, ctx.checkpoint_id, name=f"repair:{name}"
+        )
+        findings = [(row.decision, row.resume_input, row.evidence) for row in rows]
+    for decision, resume_input, evidence in findings:
         if not isinstance(evidence, dict) or evidence.get("idempotency_key") != entry.key:
             continue
         if evidence.get("intent_epoch") != entry.epoch:
@@ -193,12 +182,19 @@ def _repair_for(ctx: StepContext, name: str, entry: LedgerEntry) -> RepairResolu
     return None
 
 
-def _record_intent(ctx: StepContext, name: str, key: str, request_hash: str, exists: bool) -> None:
-    now = utcnow()
+def _record_intent(ctx: EffectScope, name: str, key: str, request_hash: str, exists: bool) -> None:
     try:
         with transaction() as session:
-            repository.assert_owner(session, ctx.run_id, ctx.epoch)
-            _write_intent(session, ctx, name, key, request_hash, exists, now)
+            store.record_intent(
+                session,
+                run_id=ctx.run_id,
+                epoch=ctx.epoch,
+                step=ctx.step,
+                name=name,
+                key=key,
+                request_hash=request_hash,
+                exists=exists,
+            )
     except IntegrityError:
         # Only a caller-chosen key can collide: another run already used it.
         raise EffectError(
@@ -207,47 +203,8 @@ def _record_intent(ctx: StepContext, name: str, key: str, request_hash: str, exi
     ctx.ledger()[key] = LedgerEntry(key, name, EffectStatus.INTENT.value, None, ctx.epoch)
 
 
-def _write_intent(
-    session: Session,
-    ctx: StepContext,
-    name: str,
-    key: str,
-    request_hash: str,
-    exists: bool,
-    now: datetime,
-) -> None:
-    if exists:
-        session.execute(
-            update(Effect)
-            .where(Effect.idempotency_key == key, Effect.run_id == ctx.run_id)
-            .values(
-                status=EffectStatus.INTENT.value,
-                epoch=ctx.epoch,
-                request_hash=request_hash,
-                error=None,
-                updated_at=now,
-            )
-        )
-        return
-    session.add(
-        Effect(
-            run_id=ctx.run_id,
-            step=ctx.step,
-            name=name,
-            idempotency_key=key,
-            epoch=ctx.epoch,
-            request_hash=request_hash,
-            status=EffectStatus.INTENT.value,
-            created_at=now,
-            updated_at=now,
-        )
-    )
-    # Flush inside the fenced transaction so that a colliding key fails here, not at commit.
-    session.flush()
-
-
 def mark_outcome(
-    ctx: StepContext,
+    ctx: EffectScope,
     key: str,
     status: EffectStatus,
     *,
@@ -256,17 +213,14 @@ def mark_outcome(
 ) -> None:
     """Record what became of an effect, fenced: a stale owner gets FencedError, writes nothing."""
     with transaction() as session:
-        repository.assert_owner(session, ctx.run_id, ctx.epoch)
-        session.execute(
-            update(Effect)
-            .where(Effect.idempotency_key == key, Effect.run_id == ctx.run_id)
-            .values(
-                status=status.value,
-                receipt=receipt,
-                error=error,
-                epoch=ctx.epoch,
-                updated_at=utcnow(),
-            )
+        store.record_outcome(
+            session,
+            run_id=ctx.run_id,
+            epoch=ctx.epoch,
+            key=key,
+            status=status,
+            receipt=receipt,
+            error=error,
         )
     ledger = ctx.ledger()
     name = ledger[key].name if key in ledger else ""

@@ -7,7 +7,7 @@ import re
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pydantic import BaseModel
 
@@ -15,10 +15,9 @@ from models.contracts import InterruptView
 from models.errors import FlowDefinitionError, FlowVersionError, UnknownFlowError, UnknownStepError
 from models.settings import get_settings
 
-if TYPE_CHECKING:
-    from worker.context import StepContext
-
-StepFn = Callable[["StepContext"], "str | None"]
+# A step takes its ``worker.context.StepContext`` (typed by the step's own annotation: flows
+# sit below the step runtime and do not import it).
+StepFn = Callable[[Any], "str | None"]
 # Recomputes, from current records, the evidence an interrupt was raised on.
 Revalidator = Callable[["RevalidationContext"], Any]
 Notifier = Callable[[InterruptView], None]

@@ -16,21 +16,28 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 from pydantic_core import to_jsonable_python
-from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from models import repository
+from models import interrupts as store
+from models import runs as run_store
 from models.contracts import ActorRef, ResumeContract, ResumeResult, evidence_hash
-from models.db import is_postgresql, transaction, utcnow
-from models.enums import Decision, InterruptKind, InterruptStatus, ResumeOutcome, RunState
+from models.db import transaction, utcnow
+from models.enums import (
+    Decision,
+    EventKind,
+    InterruptKind,
+    InterruptStatus,
+    ResumeOutcome,
+    RunState,
+)
 from models.errors import InterludeError, StaleStateError
-from models.tables import Checkpoint, Interrupt, ResumeAttempt, Run
+from models.tables import Interrupt, ResumeAttempt, Run
 from worker import dispatch
 from worker.actors import authenticate
+from worker.declarations import PAUSE_INTERRUPT
 from worker.flows import Flow, RevalidationContext, get_flow
 from worker.interrupts import notify, view
-from worker.runtime import PAUSE_INTERRUPT
 from worker.schemas import BudgetGrant, json_schema_of, lookup
 
 log = logging.getLogger(__name__)
@@ -96,7 +103,7 @@ def submit_resume(
 def _decide(contract: ResumeContract, credential: str, attempt: _Attempt) -> ResumeResult:
     notify_after: tuple[Flow, Interrupt] | None = None
     with transaction() as session:
-        original = _original(session, contract.idempotency_key)
+        original = store.original_attempt(session, contract.idempotency_key)
         if original is not None:
             return _duplicate(session, attempt, original)
         try:
@@ -131,8 +138,9 @@ def _check(
         raise Refusal(
             ResumeOutcome.UNAUTHENTICATED, "unknown actor, revoked actor or bad credential"
         )
-    interrupt = _lock_interrupt(session, contract.interrupt_id)
-    run = session.get(Run, interrupt.run_id) if interrupt is not None else None
+    # Concurrent resumes of one interrupt queue here (SQLite already serialises writers).
+    interrupt = store.lock(session, contract.interrupt_id)
+    run = run_store.find_run(session, interrupt.run_id) if interrupt is not None else None
     if interrupt is None or run is None:
         raise Refusal(ResumeOutcome.STALE, f"no interrupt {contract.interrupt_id}")
     _check_binding(contract, interrupt, run)
@@ -164,14 +172,6 @@ def _check(
     submitted = validated.model_dump(mode="json") if validated is not None else {}
     new_interrupt = _revalidate(session, flow, interrupt, run, submitted)
     return interrupt, run, flow, submitted, new_interrupt
-
-
-def _lock_interrupt(session: Session, interrupt_id: str) -> Interrupt | None:
-    query = select(Interrupt).where(Interrupt.id == interrupt_id)
-    if is_postgresql():
-        # Concurrent resumes of one interrupt queue here; SQLite already serialises writers.
-        query = query.with_for_update()
-    return session.execute(query).scalar_one_or_none()
 
 
 def _check_binding(contract: ResumeContract, interrupt: Interrupt, run: Run) -> None:
@@ -225,7 +225,7 @@ def _revalidate(
     revalidator = flow.revalidators.get(interrupt.name)
     if revalidator is None:
         return None
-    checkpoint = session.get(Checkpoint, interrupt.checkpoint_id)
+    checkpoint = run_store.get_checkpoint(session, interrupt.checkpoint_id)
     context = RevalidationContext(
         run_id=run.id,
         input=run.input,
@@ -242,32 +242,22 @@ def _revalidate(
         ) from None
     if current_hash == interrupt.evidence_hash:
         return None
-    now = utcnow()
-    renewed = Interrupt(
-        **{
-            column: getattr(interrupt, column)
-            for column in Interrupt.__table__.columns.keys()  # noqa: SIM118
-            if column not in {"id", "created_at", "deadline", "status"}
-        }
+    renewed = store.supersede(
+        session,
+        interrupt,
+        resolved_by="system:revalidation",
+        evidence=current,
+        evidence_hash=current_hash,
+        previous_input=submitted,
     )
-    renewed.id = repository.new_id()
-    renewed.status = InterruptStatus.PENDING.value
-    renewed.evidence = current
-    renewed.evidence_hash = current_hash
-    renewed.previous_input = submitted
-    renewed.supersedes = interrupt.id
-    renewed.created_at = now
-    renewed.deadline = now + (interrupt.deadline - interrupt.created_at)
-    interrupt.status = InterruptStatus.SUPERSEDED.value
-    interrupt.superseded_by = renewed.id
-    session.add(renewed)
-    repository.record_event(
+    if renewed is None:
+        raise Refusal(ResumeOutcome.STALE, "interrupt was resolved concurrently")
+    run_store.record_event(
         session,
         run.id,
         actor="system:revalidation",
-        trigger="review_renewed",
+        kind=EventKind.REVIEW_RENEWED,
         detail={"old": interrupt.id, "new": renewed.id, "evidence_hash": current_hash},
-        at=now,
     )
     return renewed
 
@@ -283,19 +273,15 @@ def _accept(
     """Check 9: resolve the interrupt and move the run to ``resuming``, all or nothing."""
     now = utcnow()
     actor = f"{contract.actor.type}:{contract.actor.id}"
-    resolved = session.execute(
-        update(Interrupt)
-        .where(Interrupt.id == interrupt.id, Interrupt.status == InterruptStatus.PENDING.value)
-        .values(
-            status=InterruptStatus.RESOLVED.value,
-            decision=contract.decision.value,
-            resume_input=submitted,
-            resolved_by=contract.actor.id,
-            resolved_at=now,
-        )
-        .execution_options(synchronize_session=False)
-    )
-    if resolved.rowcount != 1:  # type: ignore[attr-defined]
+    if not store.transition(
+        session,
+        interrupt,
+        "resolve",
+        decision=contract.decision.value,
+        resume_input=submitted,
+        resolved_by=contract.actor.id,
+        resolved_at=now,
+    ):
         raise Refusal(ResumeOutcome.STALE, "interrupt was resolved concurrently")
     fields: dict[str, Any] = {"dispatched_at": now}
     approved = contract.decision is Decision.APPROVED
@@ -305,10 +291,10 @@ def _accept(
     if interrupt.name == PAUSE_INTERRUPT:
         fields["pause_requested_by"] = None
     try:
-        repository.move(
+        run_store.move(
             session,
             run,
-            "accept_resume",
+            EventKind.ACCEPT_RESUME,
             actor=actor,
             detail={"interrupt_id": interrupt.id, "decision": contract.decision.value},
             **fields,
@@ -318,12 +304,6 @@ def _accept(
     return _insert(
         session, attempt, ResumeOutcome.ACCEPTED, f"{contract.decision.value} by {actor}"
     )
-
-
-def _original(session: Session, key: str) -> ResumeAttempt | None:
-    return session.execute(
-        select(ResumeAttempt).where(ResumeAttempt.original_key == key)
-    ).scalar_one_or_none()
 
 
 def _duplicate(session: Session, attempt: _Attempt, original: ResumeAttempt) -> ResumeResult:
@@ -345,8 +325,8 @@ def _insert(
     original: ResumeAttempt | None = None,
     new_interrupt_id: str | None = None,
 ) -> ResumeResult:
-    row = ResumeAttempt(
-        at=utcnow(),
+    attempt_id = store.insert_attempt(
+        session,
         run_id=attempt.run_id,
         interrupt_id=attempt.interrupt_id,
         actor_id=attempt.actor_id,
@@ -356,8 +336,6 @@ def _insert(
         reason=reason,
         payload=attempt.payload,
     )
-    session.add(row)
-    session.flush()
     log.info(
         "resume %s: %s",
         outcome.value,
@@ -367,7 +345,7 @@ def _insert(
     return ResumeResult(
         outcome=outcome,
         reason=reason,
-        attempt_id=row.id,
+        attempt_id=attempt_id,
         run_id=attempt.run_id,
         interrupt_id=attempt.interrupt_id,
         original_outcome=ResumeOutcome(original.outcome) if original is not None else None,
@@ -378,7 +356,7 @@ def _insert(
 def _record(attempt: _Attempt, outcome: ResumeOutcome, reason: str) -> ResumeResult:
     with transaction() as session:
         if outcome is ResumeOutcome.DUPLICATE and attempt.key is not None:
-            original = _original(session, attempt.key)
+            original = store.original_attempt(session, attempt.key)
             if original is not None:
                 return _duplicate(session, attempt, original)
         return _insert(session, attempt, outcome, reason)
@@ -448,7 +426,7 @@ def resume_as_system(
     application impossible. Runs in the caller's transaction; the caller publishes the
     resume task after commit when the result is accepted.
     """
-    run = session.get(Run, interrupt.run_id)
+    run = run_store.find_run(session, interrupt.run_id)
     contract = ResumeContract(
         schema_version="resume.v1",
         run_id=interrupt.run_id,

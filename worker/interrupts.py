@@ -3,19 +3,16 @@
 from __future__ import annotations
 
 import logging
-from datetime import timedelta
 from typing import TypeVar
 
-from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from models import repository
-from models.contracts import InterruptView, ResumeAttemptView
-from models.db import transaction, utcnow
+from models import interrupts as store
+from models.contracts import InterruptDecl, InterruptView, ResumeAttemptView
+from models.db import transaction
 from models.enums import InterruptKind, InterruptStatus
 from models.errors import InterruptNotFoundError, InvalidInputError
-from models.tables import Interrupt, ResumeAttempt, Run
-from worker.context import InterruptSpec
+from models.tables import Interrupt, Run
 from worker.flows import Flow
 
 log = logging.getLogger(__name__)
@@ -25,50 +22,16 @@ E = TypeVar("E", InterruptStatus, InterruptKind)
 def record_interrupt(
     session: Session,
     run: Run,
-    spec: InterruptSpec,
+    decl: InterruptDecl,
     *,
     step: str,
     checkpoint_id: str,
     actor: str,
 ) -> Interrupt:
     """The durable interrupt for a run that has just moved to ``waiting``."""
-    now = utcnow()
-    interrupt = Interrupt(
-        id=repository.new_id(),
-        run_id=run.id,
-        name=spec.name,
-        kind=spec.kind.value,
-        status=InterruptStatus.PENDING.value,
-        reason=spec.reason,
-        step=step,
-        checkpoint_id=checkpoint_id,
-        state_version=run.state_version,
-        flow_version=run.flow_version,
-        schema_name=spec.schema_name,
-        schema_version=spec.schema_version,
-        json_schema=spec.json_schema,
-        roles=spec.roles,
-        scope=spec.scope,
-        evidence=spec.evidence,
-        evidence_hash=spec.evidence_hash,
-        separate_from_starter=spec.separate_from_starter,
-        deadline=now + timedelta(seconds=spec.expires_in),
-        on_expiry=spec.on_expiry.value,
-        escalation=spec.escalation,
-        escalation_level=0,
-        default_input=spec.default_input,
-        created_at=now,
+    return store.insert_interrupt(
+        session, run, decl, step=step, checkpoint_id=checkpoint_id, actor=actor
     )
-    session.add(interrupt)
-    repository.record_event(
-        session,
-        run.id,
-        actor=actor,
-        trigger="interrupt",
-        detail={"interrupt_id": interrupt.id, "name": spec.name, "kind": spec.kind.value},
-        at=now,
-    )
-    return interrupt
 
 
 def view(row: Interrupt) -> InterruptView:
@@ -97,15 +60,13 @@ def list_interrupts(
     limit: int = 1000,
 ) -> list[InterruptView]:
     """Interrupts, oldest first: the operators' work queue."""
-    query = select(Interrupt).order_by(Interrupt.created_at, Interrupt.id).limit(limit)
-    if run_id is not None:
-        query = query.where(Interrupt.run_id == run_id)
-    if status is not None:
-        query = query.where(Interrupt.status == _member(InterruptStatus, status, "status").value)
-    if kind is not None:
-        query = query.where(Interrupt.kind == _member(InterruptKind, kind, "kind").value)
+    wanted_status = _member(InterruptStatus, status, "status") if status is not None else None
+    wanted_kind = _member(InterruptKind, kind, "kind").value if kind is not None else None
     with transaction(readonly=True) as session:
-        return [view(row) for row in session.execute(query).scalars()]
+        rows = store.list_rows(
+            session=session, run_id=run_id, status=wanted_status, kind=wanted_kind, limit=limit
+        )
+        return [view(row) for row in rows]
 
 
 def _member(enum: type[E], value: str, what: str) -> E:
@@ -118,7 +79,7 @@ def _member(enum: type[E], value: str, what: str) -> E:
 
 def get_interrupt(interrupt_id: str) -> InterruptView:
     with transaction(readonly=True) as session:
-        row = session.get(Interrupt, interrupt_id)
+        row = store.get(session, interrupt_id)
         if row is None:
             raise InterruptNotFoundError(interrupt_id=interrupt_id)
         return view(row)
@@ -127,13 +88,6 @@ def get_interrupt(interrupt_id: str) -> InterruptView:
 def list_resume_attempts(
     interrupt_id: str | None = None, run_id: str | None = None, limit: int = 1000
 ) -> list[ResumeAttemptView]:
-    query = select(ResumeAttempt).order_by(ResumeAttempt.id).limit(limit)
-    if interrupt_id is not None:
-        query = query.where(ResumeAttempt.interrupt_id == interrupt_id)
-    if run_id is not None:
-        query = query.where(ResumeAttempt.run_id == run_id)
     with transaction(readonly=True) as session:
-        return [
-            ResumeAttemptView.model_validate(row, from_attributes=True)
-            for row in session.execute(query).scalars()
-        ]
+        rows = store.list_attempts(session, interrupt_id=interrupt_id, run_id=run_id, limit=limit)
+        return [ResumeAttemptView.model_validate(row, from_attributes=True) for row in rows]

@@ -17,11 +17,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from sqlalchemy import update
-
+from models import runs
 from models.db import transaction, utcnow
-from models.enums import RunState
-from models.tables import Run
 
 log = logging.getLogger(__name__)
 
@@ -80,17 +77,9 @@ class LeaseKeeper:
         expires_at = now + timedelta(seconds=held.seconds)
         try:
             with transaction() as session:
-                result = session.execute(
-                    update(Run)
-                    .where(
-                        Run.id == held.run_id,
-                        Run.lease_epoch == held.epoch,
-                        Run.state == RunState.RUNNING.value,
-                    )
-                    .values(lease_expires_at=expires_at)
-                    .execution_options(synchronize_session=False)
+                renewed = runs.renew_lease(
+                    session, held.run_id, epoch=held.epoch, expires_at=expires_at
                 )
-                renewed = result.rowcount == 1  # type: ignore[attr-defined]
         except Exception:
             log.exception("lease renewal failed", extra={"action": "lease", "run_id": held.run_id})
             return

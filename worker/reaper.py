@@ -10,14 +10,11 @@ from __future__ import annotations
 import logging
 from datetime import datetime, timedelta
 
-from sqlalchemy import or_, select
-
-from models import repository
-from models.db import is_postgresql, transaction, utcnow
-from models.enums import RunState
+from models import runs as store
+from models.db import transaction, utcnow
+from models.enums import EventKind, RunState
 from models.errors import StaleStateError
 from models.settings import get_settings
-from models.tables import Run
 from worker import dispatch
 
 log = logging.getLogger(__name__)
@@ -36,26 +33,18 @@ def reap(now: datetime | None = None, batch: int | None = None) -> int:
 
 def _requeue_expired(now: datetime, batch: int, max_claims: int) -> int:
     """Runs whose owner stopped renewing: back to ``queued``, or ``failed`` after too many."""
-    query = (
-        select(Run)
-        .where(Run.state == RunState.RUNNING.value, Run.lease_expires_at < now)
-        .order_by(Run.lease_expires_at)
-        .limit(batch)
-    )
-    if is_postgresql():
-        query = query.with_for_update(skip_locked=True)
     requeued: list[str] = []
     failed = 0
     with transaction() as session:
-        for run in session.execute(query).scalars().all():
+        for run in store.expired_leases(session, now, batch):
             lost = run.lost_leases + 1
             detail = {"epoch": run.lease_epoch, "owner": run.lease_owner, "lost_leases": lost}
             try:
                 if lost > max_claims:
-                    repository.move(
+                    store.move(
                         session,
                         run,
-                        "fail",
+                        EventKind.FAIL,
                         actor=ACTOR,
                         detail=detail,
                         lost_leases=lost,
@@ -69,10 +58,10 @@ def _requeue_expired(now: datetime, batch: int, max_claims: int) -> int:
                         extra={"action": "reap_fail", "run_id": run.id},
                     )
                     continue
-                repository.move(
+                store.move(
                     session,
                     run,
-                    "requeue",
+                    EventKind.REQUEUE,
                     actor=ACTOR,
                     detail=detail,
                     lost_leases=lost,
@@ -96,23 +85,11 @@ def _requeue_expired(now: datetime, batch: int, max_claims: int) -> int:
 def _redispatch_unclaimed(now: datetime, batch: int, redispatch_after: float) -> int:
     """Runs due to be claimed whose task was published long ago (or lost): publish again."""
     cutoff = now - timedelta(seconds=redispatch_after)
-    query = (
-        select(Run.id, Run.state, Run.state_version)
-        .where(
-            Run.state.in_(repository.CLAIMABLE),
-            or_(Run.dispatched_at.is_(None), Run.dispatched_at < cutoff),
-            or_(Run.not_before.is_(None), Run.not_before <= now),
-        )
-        .order_by(Run.dispatched_at)
-        .limit(batch)
-    )
-    if is_postgresql():
-        query = query.with_for_update(skip_locked=True)
     due: list[tuple[str, bool]] = []
     with transaction() as session:
-        for run_id, state, version in session.execute(query).all():
+        for run_id, state, version in store.unclaimed(session, cutoff=cutoff, now=now, batch=batch):
             # The conditional update elects one reaper per stale dispatch.
-            if repository.mark_redispatched(
+            if store.mark_redispatched(
                 session, run_id, state_version=version, cutoff=cutoff, now=now
             ):
                 due.append((run_id, state == RunState.RESUMING.value))

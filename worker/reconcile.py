@@ -3,18 +3,14 @@
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
 
-from models.enums import EffectStatus
-from worker.effects import NOT_APPLIED, UNKNOWN, as_json, mark_outcome
-
-if TYPE_CHECKING:
-    from worker.context import StepContext
+from models.enums import EffectStatus, EventKind
+from worker.effects import NOT_APPLIED, UNKNOWN, EffectScope, as_json, mark_outcome
 
 log = logging.getLogger(__name__)
 
 
-def settle_pending_effects(ctx: StepContext) -> None:
+def settle_pending_effects(ctx: EffectScope) -> None:
     """Ask the flow's registered reconcilers about every effect left in ``intent``.
 
     A receipt marks it applied; NOT_APPLIED marks it failed (so the step calls it again);
@@ -29,7 +25,7 @@ def settle_pending_effects(ctx: StepContext) -> None:
         verdict = reconcile(key)
         if verdict is UNKNOWN or verdict is None:
             continue
-        ctx.count("effect_reconciled")
+        ctx.count(EventKind.EFFECT_RECONCILED)
         if verdict is NOT_APPLIED:
             mark_outcome(ctx, key, EffectStatus.FAILED, error="reconciled: not applied")
         else:

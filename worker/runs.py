@@ -2,22 +2,27 @@
 
 from __future__ import annotations
 
-import json
 import math
 from typing import Any
 
 from pydantic import ValidationError
-from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from models import repository
-from models.contracts import CheckpointView, EffectView, EventView, RunSummary, RunView
-from models.db import is_postgresql, transaction, utcnow
-from models.enums import InterruptStatus, RunState
+from models import interrupts as interrupt_store
+from models import queries
+from models import runs as store
+from models.contracts import (
+    CheckpointView,
+    EffectView,
+    EventView,
+    RunSummary,
+    RunView,
+    json_copy,
+)
+from models.db import transaction
+from models.enums import EventKind, RunState
 from models.errors import InvalidInputError, InvalidTransitionError, StaleStateError
-from models.tables import Checkpoint, Effect, Event, Interrupt, Run
-from statemachine import destination
 from worker import dispatch
 from worker.flows import get_flow
 from worker.interrupts import view as interrupt_view
@@ -28,10 +33,9 @@ CANCEL_ATTEMPTS = 5
 
 def _checked_input(flow_name: str, value: Any) -> Any:
     try:
-        text = json.dumps(value, allow_nan=False)
+        return json_copy(value)
     except (TypeError, ValueError) as exc:
         raise InvalidInputError(detail=f"input for flow {flow_name!r} is not JSON: {exc}") from None
-    return json.loads(text)
 
 
 def enqueue_run(
@@ -62,7 +66,7 @@ def enqueue_run(
             return existing
     try:
         with transaction() as session:
-            run = repository.insert_run(
+            run = store.insert_run(
                 session,
                 flow_name=flow.name,
                 flow_version=flow.version,
@@ -84,27 +88,22 @@ def enqueue_run(
 
 def _by_key(key: str, flow_name: str) -> str | None:
     with transaction(readonly=True) as session:
-        found = session.execute(
-            select(Run.id, Run.flow_name).where(Run.idempotency_key == key)
-        ).one_or_none()
+        found = store.find_by_key(session, key)
     if found is None:
         return None
-    if found.flow_name != flow_name:
+    run_id, found_flow = found
+    if found_flow != flow_name:
         raise InvalidInputError(
-            detail=f"idempotency key {key!r} already started a run of flow {found.flow_name!r}"
+            detail=f"idempotency key {key!r} already started a run of flow {found_flow!r}"
         )
-    return str(found.id)
+    return run_id
 
 
 def get_run(run_id: str) -> RunView:
     with transaction(readonly=True) as session:
-        run = repository.load_run(session, run_id)
-        checkpoint = repository.latest_checkpoint(session, run)
-        pending = session.execute(
-            select(Interrupt)
-            .where(Interrupt.run_id == run_id, Interrupt.status == InterruptStatus.PENDING.value)
-            .order_by(Interrupt.created_at)
-        ).scalars()
+        run = store.load_run(session, run_id)
+        checkpoint = store.latest_checkpoint(session, run)
+        pending = interrupt_store.pending_of_run(session, run_id)
         return RunView(
             id=run.id,
             flow_name=run.flow_name,
@@ -133,39 +132,40 @@ def list_runs(
     state: RunState | str | None = None, flow: str | None = None, limit: int = 100
 ) -> list[RunSummary]:
     """Runs, newest first."""
-    query = select(Run).order_by(Run.created_at.desc(), Run.id).limit(limit)
+    wanted: RunState | None = None
     if state is not None:
         try:
-            query = query.where(Run.state == RunState(state).value)
+            wanted = RunState(state)
         except ValueError:
             allowed = ", ".join(s.value for s in RunState)
             raise InvalidInputError(detail=f"unknown state {state!r}; one of {allowed}") from None
-    if flow is not None:
-        query = query.where(Run.flow_name == flow)
     with transaction(readonly=True) as session:
         return [
             RunSummary.model_validate(row, from_attributes=True)
-            for row in session.execute(query).scalars()
+            for row in queries.list_runs(session, state=wanted, flow=flow, limit=limit)
         ]
 
 
 def list_checkpoints(run_id: str) -> list[CheckpointView]:
-    return _views(run_id, Checkpoint, Checkpoint.seq, CheckpointView)
+    with transaction(readonly=True) as session:
+        store.load_run(session, run_id)
+        return [_view(CheckpointView, row) for row in queries.checkpoints_of(session, run_id)]
 
 
 def list_events(run_id: str) -> list[EventView]:
-    return _views(run_id, Event, Event.id, EventView)
+    with transaction(readonly=True) as session:
+        store.load_run(session, run_id)
+        return [_view(EventView, row) for row in queries.events_of(session, run_id)]
 
 
 def list_effects(run_id: str) -> list[EffectView]:
-    return _views(run_id, Effect, Effect.id, EffectView)
-
-
-def _views(run_id: str, table: Any, order: Any, model: Any) -> list[Any]:
     with transaction(readonly=True) as session:
-        repository.load_run(session, run_id)
-        rows = session.execute(select(table).where(table.run_id == run_id).order_by(order))
-        return [model.model_validate(row, from_attributes=True) for row in rows.scalars()]
+        store.load_run(session, run_id)
+        return [_view(EffectView, row) for row in queries.effects_of(session, run_id)]
+
+
+def _view(model: Any, row: Any) -> Any:
+    return model.model_validate(row, from_attributes=True)
 
 
 def pause_run(run_id: str, *, actor: str) -> None:
@@ -173,11 +173,9 @@ def pause_run(run_id: str, *, actor: str) -> None:
     if not isinstance(actor, str) or not 0 < len(actor) <= MAX_KEY:
         raise InvalidInputError(detail=f"pause needs an actor of 1 to {MAX_KEY} characters")
     with transaction() as session:
-        run = repository.load_run(session, run_id)
-        if RunState(run.state).terminal:
+        run = store.load_run(session, run_id)
+        if not store.request_pause(session, run_id, actor=actor):
             raise InvalidTransitionError(run_id=run_id, trigger="pause", found=run.state)
-        repository.set_flags(session, run_id, pause_requested_by=actor, updated_at=utcnow())
-        repository.record_event(session, run_id, actor=actor, trigger="pause_requested", detail={})
 
 
 def cancel_run(run_id: str, *, actor: str, reason: str = "") -> None:
@@ -195,20 +193,13 @@ def cancel_run(run_id: str, *, actor: str, reason: str = "") -> None:
 
 
 def _cancel(session: Session, run_id: str, actor: str, reason: str) -> None:
-    run = repository.load_run(session, run_id)
-    destination("cancel", run.state, run_id=run_id)
-    pending = select(Interrupt).where(
-        Interrupt.run_id == run_id, Interrupt.status == InterruptStatus.PENDING.value
-    )
-    if is_postgresql():
-        # Interrupt rows before the run row, in the order the gateway and the sweep take them:
-        # the opposite order deadlocks with a resume or a sweep of the same run.
-        pending = pending.with_for_update()
-    interrupts = list(session.execute(pending).scalars())
-    repository.move(
-        session, run, "cancel", actor=actor, detail={"reason": reason}, error=reason or None
+    run = store.load_run(session, run_id)
+    store.run_destination(EventKind.CANCEL, run.state, run_id)
+    # Interrupt rows before the run row, in the order the gateway and the sweep take them:
+    # the opposite order deadlocks with a resume or a sweep of the same run.
+    interrupts = interrupt_store.pending_of_run(session, run_id, locked=True)
+    store.move(
+        session, run, EventKind.CANCEL, actor=actor, detail={"reason": reason}, error=reason or None
     )
     for interrupt in interrupts:
-        interrupt.status = InterruptStatus.CANCELLED.value
-        interrupt.resolved_at = utcnow()
-        interrupt.resolved_by = actor
+        interrupt_store.transition(session, interrupt, "cancel", resolved_by=actor)

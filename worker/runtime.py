@@ -7,7 +7,6 @@ claim is committed with the previous step's checkpoint, and nothing is published
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import socket
@@ -16,12 +15,14 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from models import repository
+from models import interrupts as interrupt_store
+from models import runs as store
+from models.contracts import InterruptDecl, json_copy
 from models.db import transaction, utcnow
-from models.enums import InterruptKind, InterruptStatus, RunState
+from models.effects import LedgerEntry, load_ledger
+from models.enums import EventKind, InterruptKind, RunState
 from models.errors import (
     BudgetRejectedError,
     EffectError,
@@ -33,10 +34,10 @@ from models.errors import (
     UnknownStepError,
 )
 from models.settings import get_settings
-from models.tables import Checkpoint, Event, Interrupt, Run
+from models.tables import Checkpoint, Run
 from worker import dispatch
-from worker.context import InterruptSpec, ResolvedInterrupt, StepContext, Suspend, build_spec
-from worker.effects import LedgerEntry, load_ledger
+from worker.context import ResolvedInterrupt, StepContext
+from worker.declarations import PAUSE_INTERRUPT, Suspend, declare
 from worker.flows import Flow, Migration, StepDef, continuation
 from worker.interrupts import notify, record_interrupt
 from worker.lease import keeper
@@ -45,7 +46,6 @@ from worker.schemas import OperatorRelease
 
 log = logging.getLogger(__name__)
 
-PAUSE_INTERRUPT = "operator.pause"
 MAX_BACKOFF_SECONDS = 60.0
 # A task continues a run's following steps itself, within these bounds (saves a publish,
 # a delivery and a claim transaction per step).
@@ -107,7 +107,7 @@ def _execute_step(claimed: Claimed, owner: str, *, may_chain: bool) -> Claimed |
     )
     try:
         if run.pause_requested_by and PAUSE_INTERRUPT not in claimed.resolved:
-            raise Suspend(_pause_spec(run, flow))
+            raise Suspend(_pause_decl(run, flow))
         if claimed.resuming:
             settle_pending_effects(ctx)
         with keeper.holding(run.id, run.lease_epoch, _lease(claimed.step), run.lease_expires_at):
@@ -116,7 +116,7 @@ def _execute_step(claimed: Claimed, owner: str, *, may_chain: bool) -> Claimed |
             flow.get_step(next_step)
         ctx.state = _as_json_state(ctx)
     except Suspend as signal:
-        _commit_suspend(claimed, ctx, signal.spec, owner)
+        _commit_suspend(claimed, ctx, signal.decl, owner)
     except (FencedError, StaleStateError) as exc:
         _discard(run.id, exc)
     except Exception as exc:
@@ -129,7 +129,7 @@ def _execute_step(claimed: Claimed, owner: str, *, may_chain: bool) -> Claimed |
 def _as_json_state(ctx: StepContext) -> dict[str, Any]:
     """A JSON copy of the flow state: what the checkpoint stores is what the next step sees."""
     try:
-        state = json.loads(json.dumps(ctx.state, allow_nan=False))
+        state = json_copy(ctx.state)
     except (TypeError, ValueError) as exc:
         raise FlowDefinitionError(
             detail=f"step {ctx.step!r} left state that is not JSON: {exc}"
@@ -145,17 +145,8 @@ def _discard(run_id: str, exc: InterludeError) -> None:
 
 def _claim(run_id: str, owner: str) -> Claimed | None:
     with transaction() as session:
-        # The run and its latest checkpoint in one query; the claim below finds the run in
-        # the session without another.
-        found = session.execute(
-            select(Run, Checkpoint)
-            .join(
-                Checkpoint,
-                (Checkpoint.run_id == Run.id) & (Checkpoint.seq == Run.checkpoint_seq),
-            )
-            .where(Run.id == run_id)
-        ).first()
-        if found is None or found[0].state not in repository.CLAIMABLE:
+        found = store.load_claimable(session, run_id)
+        if found is None:
             return None
         run, checkpoint = found
         try:
@@ -165,16 +156,7 @@ def _claim(run_id: str, owner: str) -> Claimed | None:
         except (FlowVersionError, UnknownStepError, FlowDefinitionError) as exc:
             # Fail closed: the run stays where it is and the operator sees why (once: the
             # reaper republishes the run until a worker that can continue it takes it).
-            last = session.execute(
-                select(Event.trigger, Event.detail)
-                .where(Event.run_id == run.id)
-                .order_by(Event.id.desc())
-                .limit(1)
-            ).first()
-            if last is None or tuple(last) != ("refused", str(exc)):
-                repository.record_event(
-                    session, run.id, actor=f"worker:{owner}", trigger="refused", detail=str(exc)
-                )
+            store.record_refusal_once(session, run.id, actor=f"worker:{owner}", reason=str(exc))
             log.error("cannot continue run: %s", exc, extra={"action": "refuse", "run_id": run_id})
             return None
         resuming = run.state == RunState.RESUMING.value
@@ -184,27 +166,24 @@ def _claim(run_id: str, owner: str) -> Claimed | None:
             if migrated is None
             else {"flow_version": flow.version, "checkpoint_seq": migrated.seq}
         )
-        if (
-            repository.claim(session, run_id, owner=owner, lease_seconds=_lease(step), **fields)
-            is None
-        ):
+        if store.claim(session, run_id, owner=owner, lease_seconds=_lease(step), **fields) is None:
             return None
         if migrated is not None:
-            repository.insert_checkpoint(session, migrated)
-            repository.record_event(
+            store.insert_checkpoint(session, migrated)
+            store.record_event(
                 session,
                 run.id,
                 actor=f"worker:{owner}",
-                trigger="migrate",
+                kind=EventKind.MIGRATE,
                 detail={"from": old_version, "to": flow.version, "checkpoint": migrated.seq},
             )
             checkpoint = migrated
         if run.step_executions > 1:
-            repository.record_event(
+            store.record_event(
                 session,
                 run.id,
                 actor=f"worker:{owner}",
-                trigger="step_reexecuted",
+                kind=EventKind.STEP_REEXECUTED,
                 detail={"step": step.name, "executions": run.step_executions},
             )
         # A first execution at a fresh checkpoint has no answers to read yet and loads the
@@ -225,17 +204,8 @@ def _migrated(
     """
     if migration is None:
         return None
-    answered = (
-        run.state == RunState.RESUMING.value
-        or session.execute(
-            select(Interrupt.id)
-            .where(
-                Interrupt.run_id == run.id,
-                Interrupt.checkpoint_id == checkpoint.id,
-                Interrupt.status == InterruptStatus.RESOLVED.value,
-            )
-            .limit(1)
-        ).first()
+    answered = run.state == RunState.RESUMING.value or interrupt_store.any_resolved_at(
+        session, run.id, checkpoint.id
     )
     if answered:
         raise FlowVersionError(
@@ -244,7 +214,7 @@ def _migrated(
             run_id=run.id,
         )
     try:
-        state = json.loads(json.dumps(migration(dict(checkpoint.state or {})), allow_nan=False))
+        state = json_copy(migration(dict(checkpoint.state or {})))
     except Exception as exc:
         raise FlowDefinitionError(
             detail=f"migration of run {run.id} from version {run.flow_version} to "
@@ -252,7 +222,7 @@ def _migrated(
         ) from None
     if not isinstance(state, dict):
         raise FlowDefinitionError(detail=f"migration of run {run.id} did not return a dict")
-    return repository.new_checkpoint(
+    return store.new_checkpoint(
         run,
         step=None,
         next_step=run.next_step,
@@ -270,13 +240,7 @@ def _lease(step: StepDef) -> float:
 def _resolved_interrupts(
     session: Session, run_id: str, checkpoint_id: str
 ) -> dict[str, ResolvedInterrupt]:
-    rows = session.execute(
-        select(Interrupt).where(
-            Interrupt.run_id == run_id,
-            Interrupt.checkpoint_id == checkpoint_id,
-            Interrupt.status == InterruptStatus.RESOLVED.value,
-        )
-    ).scalars()
+    rows = interrupt_store.resolved_at(session, run_id, checkpoint_id)
     return {
         row.name: ResolvedInterrupt(
             id=row.id,
@@ -291,11 +255,11 @@ def _resolved_interrupts(
     }
 
 
-def _pause_spec(run: Run, flow: Flow) -> InterruptSpec:
-    return build_spec(
+def _pause_decl(run: Run, flow: Flow) -> InterruptDecl:
+    return declare(
         PAUSE_INTERRUPT,
         kind=InterruptKind.OPERATOR,
-        model=OperatorRelease,
+        input=OperatorRelease,
         authority=list(flow.operator_roles),
         expires_in=get_settings().pause_expires_in,
         evidence={"requested_by": run.pause_requested_by, "step": run.next_step},
@@ -304,13 +268,15 @@ def _pause_spec(run: Run, flow: Flow) -> InterruptSpec:
 
 
 def _record_counters(session: Session, ctx: StepContext, actor: str) -> None:
-    for trigger, count in ctx.counters.items():
-        repository.record_event(
-            session, ctx.run_id, actor=actor, trigger=trigger, detail={"count": count}
-        )
+    store.record_events(
+        session,
+        ctx.run_id,
+        actor=actor,
+        events=[(EventKind(name), {"count": count}) for name, count in ctx.counters.items()],
+    )
 
 
-def _commit_suspend(claimed: Claimed, ctx: StepContext, spec: InterruptSpec, owner: str) -> None:
+def _commit_suspend(claimed: Claimed, ctx: StepContext, decl: InterruptDecl, owner: str) -> None:
     run, actor = claimed.run, f"worker:{owner}"
     unrecorded = [
         k for k, e in (ctx.effects or {}).items() if e.status == "intent" and e.epoch == ctx.epoch
@@ -325,20 +291,20 @@ def _commit_suspend(claimed: Claimed, ctx: StepContext, spec: InterruptSpec, own
         return
     try:
         with transaction() as session:
-            repository.move(
+            store.move(
                 session,
                 run,
-                "suspend",
+                EventKind.SUSPEND,
                 actor=actor,
                 fence_epoch=ctx.epoch,
-                detail={"interrupt": spec.name, "kind": spec.kind.value},
+                detail={"interrupt": decl.name, "kind": decl.kind},
                 lease_owner=None,
                 lease_expires_at=None,
             )
             interrupt = record_interrupt(
                 session,
                 run,
-                spec,
+                decl,
                 step=ctx.step,
                 checkpoint_id=ctx.checkpoint_id,
                 actor=actor,
@@ -347,7 +313,7 @@ def _commit_suspend(claimed: Claimed, ctx: StepContext, spec: InterruptSpec, own
     except (FencedError, StaleStateError) as exc:
         _discard(run.id, exc)
         return
-    log.info("run waiting on %s", spec.name, extra={"action": "suspend", "run_id": run.id})
+    log.info("run waiting on %s", decl.name, extra={"action": "suspend", "run_id": run.id})
     notify(claimed.flow, interrupt)
 
 
@@ -356,7 +322,7 @@ def _commit_advance(
 ) -> Claimed | None:
     """Commit the step's checkpoint and move on; when chaining, claim the next step with it."""
     run, actor = claimed.run, f"worker:{owner}"
-    checkpoint = repository.new_checkpoint(
+    checkpoint = store.new_checkpoint(
         run,
         step=ctx.step,
         next_step=next_step,
@@ -378,7 +344,9 @@ def _commit_advance(
         "error": None,
     }
     done = {"step": ctx.step, "checkpoint": checkpoint.seq, "next": next_step}
-    triggers: list[tuple[str, Any]] = [("complete" if next_step is None else "advance", done)]
+    triggers: list[tuple[EventKind, Any]] = [
+        (EventKind.COMPLETE if next_step is None else EventKind.ADVANCE, done)
+    ]
     step = claimed.flow.get_step(next_step) if next_step is not None and chain else None
     if next_step is None:
         fields["output"] = ctx.state
@@ -387,7 +355,7 @@ def _commit_advance(
     else:
         # Continue in this task: the next claim is part of this commit (no publish).
         epoch = run.lease_epoch + 1
-        triggers.append(("claim", {"epoch": epoch, "step": next_step}))
+        triggers.append((EventKind.CLAIM, {"epoch": epoch, "step": next_step}))
         fields.update(
             lease_owner=owner,
             lease_epoch=epoch,
@@ -397,10 +365,8 @@ def _commit_advance(
         )
     try:
         with transaction() as session:
-            repository.move_through(
-                session, run, triggers, actor=actor, fence_epoch=ctx.epoch, **fields
-            )
-            repository.insert_checkpoint(session, checkpoint)
+            store.move_through(session, run, triggers, actor=actor, fence_epoch=ctx.epoch, **fields)
+            store.insert_checkpoint(session, checkpoint)
             _record_counters(session, ctx, actor)
     except (FencedError, StaleStateError) as exc:
         _discard(run.id, exc)
@@ -430,10 +396,10 @@ def _commit_failure(claimed: Claimed, ctx: StepContext, exc: Exception, owner: s
         with transaction() as session:
             if retry:
                 now = utcnow()
-                repository.move(
+                store.move(
                     session,
                     run,
-                    "retry",
+                    EventKind.RETRY,
                     actor=actor,
                     fence_epoch=ctx.epoch,
                     detail=detail,
@@ -445,10 +411,10 @@ def _commit_failure(claimed: Claimed, ctx: StepContext, exc: Exception, owner: s
                     dispatched_at=now,
                 )
             else:
-                repository.move(
+                store.move(
                     session,
                     run,
-                    "fail",
+                    EventKind.FAIL,
                     actor=actor,
                     fence_epoch=ctx.epoch,
                     detail=detail,

@@ -16,23 +16,15 @@ from typing import Any
 
 from celery.signals import worker_ready
 from pydantic import BaseModel, ConfigDict
-from sqlalchemy import func, select
-from sqlalchemy.orm import Session
 
+from models import queries
 from models.db import transaction, utcnow
-from models.enums import InterruptKind, InterruptStatus, ResumeOutcome, RunState
+from models.enums import EventKind, ResumeOutcome, RunState
 from models.settings import get_settings
-from models.tables import Event, Interrupt, ResumeAttempt, Run
 
 log = logging.getLogger(__name__)
 
 METRICS_ADDRESS = "0.0.0.0"
-# Audit events that mean work was done again (see worker/runtime.py and worker/effects.py).
-STEP_REEXECUTED = "step_reexecuted"
-EFFECT_SKIPPED = "effect_skipped"
-EFFECT_RECONCILED = "effect_reconciled"
-REPAIR_RAISED = "repair_raised"
-REPEATED_WORK = (STEP_REEXECUTED, EFFECT_SKIPPED, EFFECT_RECONCILED, REPAIR_RAISED)
 UP_HELP = "1 when the statistics could be read from the database, else 0"
 
 
@@ -70,14 +62,12 @@ def collect_stats() -> Stats:
     """Read the figures from the database, in one read-only transaction."""
     now = utcnow()
     with transaction(readonly=True) as session:
-        waiting_runs = session.execute(
-            select(func.count()).where(Run.state == RunState.WAITING.value)
-        ).scalar_one()
-        by_kind = _waiting_by_kind(session)
-        oldest, median = _waiting_since(session)
-        attempts = _counts(session, ResumeAttempt.outcome, ResumeOutcome)
-        resumed = _resumed_runs(session)
-        repeated = _repeated_work(session)
+        waiting_runs = queries.waiting_count(session)
+        by_kind = queries.waiting_by_kind(session)
+        oldest, median = queries.waiting_since(session)
+        attempts = queries.attempts_by_outcome(session)
+        resumed = queries.resumed_runs(session)
+        repeated = queries.repeated_work(session)
     total = sum(attempts.values())
     return Stats(
         waiting_runs=waiting_runs,
@@ -90,96 +80,18 @@ def collect_stats() -> Stats:
         resumed_runs=resumed,
         resumed_succeeded=resumed[RunState.SUCCEEDED.value],
         resumed_failed=resumed[RunState.FAILED.value],
-        repeated_work=repeated,
+        repeated_work=RepeatedWork(
+            steps_reexecuted=repeated[EventKind.STEP_REEXECUTED],
+            effects_skipped=repeated[EventKind.EFFECT_SKIPPED],
+            effects_reconciled=repeated[EventKind.EFFECT_RECONCILED],
+            repairs_raised=repeated[EventKind.REPAIR_RAISED],
+        ),
         collected_at=now,
     )
 
 
 def _age(now: datetime, since: datetime | None) -> float | None:
     return None if since is None else max(0.0, (now - since).total_seconds())
-
-
-def _waiting_by_kind(session: Session) -> dict[str, int]:
-    """Waiting runs by the kind of interrupt they wait on."""
-    rows = session.execute(
-        select(Interrupt.kind, func.count(func.distinct(Interrupt.run_id)))
-        .join(Run, Run.id == Interrupt.run_id)
-        .where(
-            Interrupt.status == InterruptStatus.PENDING.value,
-            Run.state == RunState.WAITING.value,
-        )
-        .group_by(Interrupt.kind)
-    ).all()
-    found = {kind: int(count) for kind, count in rows}
-    return {kind.value: found.get(kind.value, 0) for kind in InterruptKind}
-
-
-def _waiting_since(session: Session) -> tuple[datetime | None, datetime | None]:
-    """When the longest and the median wait began.
-
-    A run waits since the first interrupt of its current wait: escalations and renewed reviews
-    supersede an interrupt but keep the run's state version, so they do not restart the clock.
-    """
-    since = (
-        select(func.min(Interrupt.created_at).label("since"))
-        .join(
-            Run,
-            (Run.id == Interrupt.run_id) & (Run.state_version == Interrupt.state_version),
-        )
-        .where(Run.state == RunState.WAITING.value)
-        .group_by(Interrupt.run_id)
-        .subquery()
-    )
-    count, oldest = session.execute(select(func.count(), func.min(since.c.since))).one()
-    if not count:
-        return None, None
-    # The median without percentile functions (SQLite has none): the middle one or two rows.
-    middle = list(
-        session.execute(
-            select(since.c.since)
-            .order_by(since.c.since)
-            .offset((count - 1) // 2)
-            .limit(1 if count % 2 else 2)
-        ).scalars()
-    )
-    median = middle[0] + (middle[-1] - middle[0]) / 2
-    return oldest, median
-
-
-def _counts(session: Session, column: Any, enum: Any) -> dict[str, int]:
-    rows = session.execute(select(column, func.count()).group_by(column)).all()
-    found = {value: int(count) for value, count in rows}
-    return {member.value: found.get(member.value, 0) for member in enum}
-
-
-def _resumed_runs(session: Session) -> dict[str, int]:
-    resumed = (
-        select(ResumeAttempt.run_id)
-        .where(ResumeAttempt.outcome == ResumeOutcome.ACCEPTED.value)
-        .distinct()
-    )
-    rows = session.execute(
-        select(Run.state, func.count()).where(Run.id.in_(resumed)).group_by(Run.state)
-    ).all()
-    found = {state: int(count) for state, count in rows}
-    return {state.value: found.get(state.value, 0) for state in RunState}
-
-
-def _repeated_work(session: Session) -> RepeatedWork:
-    # Counter events carry {"count": n}; a step re-execution is one event per execution.
-    amount = func.coalesce(Event.detail["count"].as_integer(), 1)
-    rows = session.execute(
-        select(Event.trigger, func.sum(amount))
-        .where(Event.trigger.in_(REPEATED_WORK))
-        .group_by(Event.trigger)
-    ).all()
-    found = {trigger: int(total or 0) for trigger, total in rows}
-    return RepeatedWork(
-        steps_reexecuted=found.get(STEP_REEXECUTED, 0),
-        effects_skipped=found.get(EFFECT_SKIPPED, 0),
-        effects_reconciled=found.get(EFFECT_RECONCILED, 0),
-        repairs_raised=found.get(REPAIR_RAISED, 0),
-    )
 
 
 # --- Prometheus ------------------------------------------------------------------------------

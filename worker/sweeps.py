@@ -16,13 +16,12 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import select, update
 from sqlalchemy.orm import Session
-from sqlalchemy.orm.attributes import set_committed_value
 
-from models import repository
-from models.db import is_postgresql, transaction, utcnow
-from models.enums import ExpiryPolicy, InterruptStatus, RunState
+from models import interrupts as store
+from models import runs as run_store
+from models.db import transaction, utcnow
+from models.enums import EventKind, ExpiryPolicy, RunState
 from models.errors import InterludeError, InvalidInputError
 from models.settings import get_settings
 from models.tables import Interrupt, Run
@@ -35,23 +34,6 @@ from worker.schemas import lookup
 log = logging.getLogger(__name__)
 
 SYSTEM_ACTOR = "system:expiry"
-# Columns an escalated interrupt does not inherit from the one it supersedes.
-NOT_INHERITED = frozenset(
-    {
-        "id",
-        "status",
-        "roles",
-        "deadline",
-        "escalation_level",
-        "supersedes",
-        "superseded_by",
-        "decision",
-        "resume_input",
-        "resolved_by",
-        "created_at",
-        "resolved_at",
-    }
-)
 
 # Something to do once the batch has committed (publish a resume, notify about an escalation).
 AfterCommit = Callable[[], None]
@@ -97,9 +79,9 @@ def sweep_expired(now: datetime | None = None, batch: int | None = None) -> int:
 def _sweep_batch(now: datetime, size: int, exclude: Collection[str]) -> _Batch:
     result = _Batch()
     with transaction() as session:
-        due = _select_due(session, now, size, exclude)
+        due = store.due(session, now, size, exclude)
         result.selected = len(due)
-        runs = _runs_of(session, due)
+        runs = run_store.load_runs(session, {interrupt.run_id for interrupt in due})
         for interrupt in due:
             # Read before anything can expire the row: the log lines below need them.
             interrupt_id, run_id = interrupt.id, interrupt.run_id
@@ -139,42 +121,17 @@ def _forget(session: Session, *rows: Interrupt | Run | None) -> None:
             session.expire(row)
 
 
-def _select_due(
-    session: Session, now: datetime, size: int, exclude: Collection[str]
-) -> list[Interrupt]:
-    """Due pending interrupts, oldest deadline first, read through the (status, deadline) index."""
-    query = (
-        select(Interrupt)
-        .where(Interrupt.status == InterruptStatus.PENDING.value, Interrupt.deadline <= now)
-        .order_by(Interrupt.deadline)
-        .limit(size)
-    )
-    if exclude:
-        query = query.where(Interrupt.id.not_in(list(exclude)))
-    if is_postgresql():
-        # Rows another sweeper (or a resume in the gateway) holds are theirs: skip, never wait.
-        query = query.with_for_update(skip_locked=True)
-    return list(session.execute(query).scalars())
-
-
-def _runs_of(session: Session, due: list[Interrupt]) -> dict[str, Run]:
-    ids = {interrupt.run_id for interrupt in due}
-    if not ids:
-        return {}
-    return {run.id: run for run in session.execute(select(Run).where(Run.id.in_(ids))).scalars()}
-
-
 def _apply(
     session: Session, interrupt: Interrupt, run: Run | None, now: datetime
 ) -> AfterCommit | None:
     """Apply ``interrupt``'s policy; returns what to do after commit, if anything."""
     if run is None or not _waits_on(run, interrupt):
         _close(session, interrupt)
-        repository.record_event(
+        run_store.record_event(
             session,
             interrupt.run_id,
             actor=SYSTEM_ACTOR,
-            trigger="interrupt_expired",
+            kind=EventKind.INTERRUPT_EXPIRED,
             detail={
                 **_detail(interrupt),
                 "note": "the run was no longer waiting on it",
@@ -188,11 +145,16 @@ def _apply(
         escalation = interrupt.escalation or {}
         if interrupt.escalation_level < int(escalation.get("max", 0)):
             return _escalate(session, interrupt, run, escalation, now)
-        _end(session, interrupt, run, "expire", note="escalation limit reached")
+        _end(session, interrupt, run, EventKind.EXPIRE, note="escalation limit reached")
         return None
     if policy is ExpiryPolicy.DEFAULT:
         return _default(session, interrupt, run)
-    _end(session, interrupt, run, "cancel" if policy is ExpiryPolicy.CANCEL else "expire")
+    _end(
+        session,
+        interrupt,
+        run,
+        EventKind.CANCEL if policy is ExpiryPolicy.CANCEL else EventKind.EXPIRE,
+    )
     return None
 
 
@@ -201,36 +163,26 @@ def _waits_on(run: Run, interrupt: Interrupt) -> bool:
     return run.state == RunState.WAITING.value and run.state_version == interrupt.state_version
 
 
-def _close(session: Session, interrupt: Interrupt, *, superseded_by: str | None = None) -> None:
+def _close(session: Session, interrupt: Interrupt) -> None:
     """``pending → expired``, conditionally: a row handled meanwhile is not handled twice."""
-    values: dict[str, Any] = {
-        "status": InterruptStatus.EXPIRED.value,
-        "resolved_at": utcnow(),
-        "resolved_by": SYSTEM_ACTOR,
-    }
-    if superseded_by is not None:
-        values["superseded_by"] = superseded_by
-    closed = session.execute(
-        update(Interrupt)
-        .where(Interrupt.id == interrupt.id, Interrupt.status == InterruptStatus.PENDING.value)
-        .values(**values)
-        .execution_options(synchronize_session=False)
-    )
-    if closed.rowcount != 1:  # type: ignore[attr-defined]
+    if not store.transition(session, interrupt, "expire", resolved_by=SYSTEM_ACTOR):
         raise _Deferred("it was resolved meanwhile")
-    for key, value in values.items():
-        set_committed_value(interrupt, key, value)
 
 
 def _end(
-    session: Session, interrupt: Interrupt, run: Run, trigger: str, *, note: str | None = None
+    session: Session,
+    interrupt: Interrupt,
+    run: Run,
+    trigger: EventKind,
+    *,
+    note: str | None = None,
 ) -> None:
     """The wait is over for good: the interrupt expires, the run expires or is cancelled."""
     _close(session, interrupt)
     detail = _detail(interrupt)
     if note is not None:
         detail["note"] = note
-    repository.move(
+    run_store.move(
         session,
         run,
         trigger,
@@ -248,26 +200,22 @@ def _escalate(
     escalation: dict[str, Any],
     now: datetime,
 ) -> AfterCommit:
-    """A new pending interrupt for the escalation roles supersedes the old, which expires."""
-    columns = Interrupt.__table__.columns.keys()
-    renewed = Interrupt(
-        **{c: getattr(interrupt, c) for c in columns if c not in NOT_INHERITED},
-        id=repository.new_id(),
-        status=InterruptStatus.PENDING.value,
+    """A new pending interrupt for the escalation roles supersedes the old one."""
+    renewed = store.supersede(
+        session,
+        interrupt,
+        resolved_by=SYSTEM_ACTOR,
         roles=list(escalation["roles"]),
         deadline=now + timedelta(seconds=float(escalation["expires_in"])),
         escalation_level=interrupt.escalation_level + 1,
-        supersedes=interrupt.id,
-        created_at=utcnow(),
     )
-    _close(session, interrupt, superseded_by=renewed.id)
-    session.add(renewed)
-    session.flush()
-    repository.record_event(
+    if renewed is None:
+        raise _Deferred("it was resolved meanwhile")
+    run_store.record_event(
         session,
         run.id,
         actor=SYSTEM_ACTOR,
-        trigger="escalate",
+        kind=EventKind.ESCALATE,
         detail={
             **_detail(interrupt),
             "new_interrupt_id": renewed.id,
@@ -311,7 +259,7 @@ def _default(session: Session, interrupt: Interrupt, run: Run) -> AfterCommit | 
             session,
             interrupt,
             run,
-            "expire",
+            EventKind.EXPIRE,
             note=f"default input refused ({result.outcome.value}: {result.reason})",
         )
         return None

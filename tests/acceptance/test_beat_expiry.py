@@ -59,10 +59,10 @@ def test_beat_expires_two_second_waits_with_each_policy(
     assert by_system(runs["escalate"]) == [("escalate", None), ("expire", "expired")]
     assert by_system(runs["default"]) == [("accept_resume", "resuming")]
     assert get_run(runs["default"]).output["choice"] == "fallback"
-    # And no interrupt was left pending, the escalated one expired in its turn
+    # And no interrupt was left pending: the first was superseded, the escalation expired
     chain = list_interrupts(run_id=runs["escalate"])
     assert [(i.escalation_level, i.status, i.roles) for i in chain] == [
-        (0, "expired", ["approver"]),
+        (0, "superseded", ["approver"]),
         (1, "expired", ["manager"]),
     ]
     assert list_interrupts(status="pending") == []

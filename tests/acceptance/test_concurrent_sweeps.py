@@ -16,7 +16,7 @@ from typing import Any
 import redis
 from sqlalchemy import func, select
 
-from models import repository
+from models import runs as run_store
 from models.db import transaction, utcnow
 from models.tables import Event, Interrupt, ResumeAttempt, Run
 from tests.flows.expiry import NOTIFIED
@@ -53,7 +53,7 @@ def _suspend_runs() -> dict[str, str]:
     with transaction() as session:
         for n in range(RUNS):
             policy = POLICIES[n % len(POLICIES)]
-            run = repository.insert_run(
+            run = run_store.insert_run(
                 session,
                 flow_name="expiring",
                 flow_version=1,

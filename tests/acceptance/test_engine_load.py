@@ -9,7 +9,7 @@ from collections.abc import Callable
 import redis
 from sqlalchemy import func, select
 
-from models import repository
+from models import runs as run_store
 from models.db import transaction, utcnow
 from models.tables import Checkpoint, Event, Run
 from tests.services import WorkerProcess, wait_for
@@ -67,7 +67,7 @@ def test_200_runs_across_two_workers_commit_every_step_once(
 def _queued_run(flow: str, first_step: str, input: dict[str, object]) -> str:
     """A queued run whose first task is not published yet (the test publishes it)."""
     with transaction() as session:
-        run = repository.insert_run(
+        run = run_store.insert_run(
             session,
             flow_name=flow,
             flow_version=1,

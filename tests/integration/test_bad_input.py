@@ -7,7 +7,7 @@ import math
 import pytest
 from sqlalchemy import func, select
 
-from models import repository
+from models import runs as run_store
 from models.db import transaction
 from models.errors import InvalidInputError, InvalidTransitionError, UnknownFlowError
 from models.tables import Checkpoint, Event, Run
@@ -46,7 +46,7 @@ def test_input_that_is_not_json_is_refused_and_writes_nothing(db: str, bad: obje
 def _queued_run() -> str:
     """A queued run that no worker hears about (nothing is published for it)."""
     with transaction() as session:
-        run = repository.insert_run(
+        run = run_store.insert_run(
             session,
             flow_name="three_steps",
             flow_version=1,
@@ -63,8 +63,8 @@ def test_invalid_trigger_is_refused_and_writes_nothing(db: str) -> None:
     run_id = _queued_run()
     before = _counts()
     with pytest.raises(InvalidTransitionError) as caught, transaction() as session:
-        run = repository.load_run(session, run_id)
-        repository.move(session, run, "complete", actor="test")
+        run = run_store.load_run(session, run_id)
+        run_store.move(session, run, "complete", actor="test")
     assert _one_line(caught.value) == f"run {run_id}: cannot complete from queued"
     assert _counts() == before
     assert get_run(run_id).state == "queued"

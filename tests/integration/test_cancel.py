@@ -10,7 +10,7 @@ from datetime import timedelta
 import pytest
 import redis
 
-from models import repository
+from models import runs as run_store
 from models.db import transaction, utcnow
 from models.errors import InvalidInputError, InvalidTransitionError, RunNotFoundError
 from tests.services import WorkerProcess, wait_for
@@ -104,7 +104,7 @@ def test_a_step_in_flight_when_cancelled_cannot_commit(
 def test_a_cancelled_queued_run_is_never_claimed(db: str) -> None:
     # Given a queued run whose task has not been picked up yet
     with transaction() as session:
-        run_id = repository.insert_run(
+        run_id = run_store.insert_run(
             session,
             flow_name="quick",
             flow_version=1,

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from sqlalchemy import func, select
 
-from models import repository
+from models import runs as run_store
 from models.db import transaction, utcnow
 from models.settings import get_settings
 from models.tables import Checkpoint, Effect, Event, Run
@@ -128,7 +128,7 @@ def test_effect_before_an_interrupt_is_not_repeated_when_the_step_resumes(
 def _crashed_mid_effect(input: dict[str, Any]) -> str:
     """A run whose first worker recorded the intent of ``charge`` and died (lease expired)."""
     with transaction() as session:
-        run = repository.insert_run(
+        run = run_store.insert_run(
             session,
             flow_name="effect_ledger",
             flow_version=1,
@@ -141,7 +141,7 @@ def _crashed_mid_effect(input: dict[str, Any]) -> str:
         run_id = run.id
     now = utcnow()
     with transaction() as session:
-        claimed = repository.claim(session, run_id, owner="dead-worker", lease_seconds=0.01)
+        claimed = run_store.claim(session, run_id, owner="dead-worker", lease_seconds=0.01)
         assert claimed is not None
         session.add(
             Effect(

@@ -85,11 +85,11 @@ def test_a_step_failing_past_its_retry_limit_fails_the_run_with_the_error(
 
 
 def test_a_run_pinned_to_a_version_this_worker_lacks_fails_closed(db: str) -> None:
-    from models import repository
+    from models import runs as run_store
     from worker.runtime import execute
 
     with transaction() as session:
-        run = repository.insert_run(
+        run = run_store.insert_run(
             session,
             flow_name="three_steps",
             flow_version=7,
@@ -137,10 +137,10 @@ def test_a_step_longer_than_its_lease_keeps_it_and_runs_once(
 
 def _pinned_run(flow: str, version: int, first_step: str, state: dict[str, object]) -> str:
     """A queued run of an older flow version whose last checkpoint holds ``state``."""
-    from models import repository
+    from models import runs as run_store
 
     with transaction() as session:
-        run = repository.insert_run(
+        run = run_store.insert_run(
             session,
             flow_name=flow,
             flow_version=version,
@@ -181,7 +181,7 @@ def test_a_run_of_a_retired_version_continues_through_the_declared_migration(db:
 
 
 def test_a_resuming_run_stays_bound_to_its_version(db: str) -> None:
-    from models import repository
+    from models import runs as run_store
     from models.tables import Run
     from worker.runtime import execute
 
@@ -190,7 +190,7 @@ def test_a_resuming_run_stays_bound_to_its_version(db: str) -> None:
     with transaction() as session:
         run = session.get(Run, run_id)
         assert run is not None
-        repository.move_through(
+        run_store.move_through(
             session, run, [("claim", {}), ("suspend", {}), ("accept_resume", {})], actor="test"
         )
     # When a worker with only version 2 receives it

@@ -122,10 +122,11 @@ def test_escalate_policy_hands_the_wait_to_the_escalation_roles(
     run_id, interrupt = _waiting("escalate", escalation_expires_in=3600)
     # When the deadline passes and the sweep runs
     assert _sweep_until(1) == 1
-    # Then a new interrupt for the manager role supersedes the old one, which expired
+    # Then a new interrupt for the manager role supersedes the old one
     old = get_interrupt(interrupt.id)
-    assert (old.status, old.resolved_by) == ("expired", SYSTEM)
+    assert (old.status, old.resolved_by) == ("superseded", SYSTEM)
     assert old.superseded_by is not None
+    assert [i.id for i in list_interrupts(status="superseded", run_id=run_id)] == [old.id]
     new = get_interrupt(old.superseded_by)
     assert (new.status, new.roles, new.escalation_level) == ("pending", ["manager"], 1)
     assert new.supersedes == old.id
@@ -161,8 +162,8 @@ def test_escalation_limit_ends_in_expire(db: str, shared_worker: WorkerProcess) 
     # Then it was escalated twice and then expired, and the run with it
     chain = list_interrupts(run_id=run_id)
     assert [(i.escalation_level, i.status) for i in chain] == [
-        (0, "expired"),
-        (1, "expired"),
+        (0, "superseded"),
+        (1, "superseded"),
         (2, "expired"),
     ]
     assert [i.supersedes for i in chain] == [None, chain[0].id, chain[1].id]

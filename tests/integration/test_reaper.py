@@ -14,7 +14,7 @@ from typing import Any
 
 from sqlalchemy import select, update
 
-from models import repository
+from models import runs as run_store
 from models.db import transaction, utcnow
 from models.settings import get_settings
 from models.tables import Checkpoint, Event, Run
@@ -24,10 +24,15 @@ from worker import add_actor, enqueue_run, get_run, list_interrupts
 from worker.reaper import reap
 
 
+def _set_fields(session: Any, run_id: str, **fields: Any) -> None:
+    """Age a run's lease or dispatch as time would (test set-up, not a lifecycle write)."""
+    session.execute(update(Run).where(Run.id == run_id).values(**fields))
+
+
 def _queued(flow: str = "quick", first_step: str = "only", input: Any = None) -> str:
     """A run committed as queued whose task was never published (a lost publish)."""
     with transaction() as session:
-        run = repository.insert_run(
+        run = run_store.insert_run(
             session,
             flow_name=flow,
             flow_version=1,
@@ -44,8 +49,8 @@ def _claimed_by_dead_worker(lost_leases: int = 0) -> str:
     """A run claimed by a worker that died: running, lease already expired."""
     run_id = _queued()
     with transaction() as session:
-        assert repository.claim(session, run_id, owner="dead-worker", lease_seconds=0.01)
-        repository.set_flags(
+        assert run_store.claim(session, run_id, owner="dead-worker", lease_seconds=0.01)
+        _set_fields(
             session,
             run_id,
             lost_leases=lost_leases,
@@ -112,7 +117,7 @@ def test_lease_lost_too_many_times_fails_the_run(db: str) -> None:
 def test_live_lease_is_left_alone(db: str) -> None:
     run_id = _queued()
     with transaction() as session:
-        assert repository.claim(session, run_id, owner="busy-worker", lease_seconds=60)
+        assert run_store.claim(session, run_id, owner="busy-worker", lease_seconds=60)
     assert reap() == 0
     assert _run_row(run_id).state == "running"
 
@@ -121,7 +126,7 @@ def _age_dispatch(run_id: str) -> None:
     """Make the run's last dispatch older than the reaper's threshold."""
     overdue = utcnow() - timedelta(seconds=get_settings().redispatch_after + 1)
     with transaction() as session:
-        repository.set_flags(session, run_id, dispatched_at=overdue)
+        _set_fields(session, run_id, dispatched_at=overdue)
 
 
 def test_lost_publish_is_republished_once_and_the_run_finishes(
@@ -144,9 +149,7 @@ def test_run_waiting_for_its_retry_backoff_is_not_republished(db: str) -> None:
     run_id = _queued()
     far = utcnow() + timedelta(hours=1)
     with transaction() as session:
-        repository.set_flags(
-            session, run_id, not_before=far, dispatched_at=utcnow() - timedelta(hours=1)
-        )
+        _set_fields(session, run_id, not_before=far, dispatched_at=utcnow() - timedelta(hours=1))
     assert reap() == 0
     assert reap(now=far + timedelta(seconds=1)) == 1
 

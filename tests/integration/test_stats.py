@@ -13,7 +13,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from examples import procurement, records
-from models import repository
+from models import runs as run_store
 from models.db import transaction, utcnow
 from models.enums import InterruptKind, ResumeOutcome, RunState
 from models.tables import Interrupt, ResumeAttempt, Run
@@ -28,7 +28,7 @@ SLACK = 60.0
 def _run(session: Any, state: str) -> str:
     now = utcnow()
     run = Run(
-        id=repository.new_id(),
+        id=run_store.new_id(),
         flow_name="stats_probe",
         flow_version=1,
         input={},
@@ -49,7 +49,7 @@ def _interrupt(
     created = utcnow() - timedelta(seconds=age)
     session.add(
         Interrupt(
-            id=repository.new_id(),
+            id=run_store.new_id(),
             run_id=run_id,
             name=f"{kind}-{uuid.uuid4().hex[:6]}",
             kind=kind,
@@ -75,7 +75,7 @@ def _attempt(session: Any, run_id: str | None, outcome: str) -> None:
 
 
 def _event(session: Any, run_id: str, trigger: str, detail: dict[str, Any]) -> None:
-    repository.record_event(session, run_id, actor="worker:test", trigger=trigger, detail=detail)
+    run_store.record_event(session, run_id, actor="worker:test", kind=trigger, detail=detail)
 
 
 def test_figures_of_a_known_set_of_runs(db: str) -> None:

@@ -21,7 +21,8 @@ from models.contracts import (
 from models.enums import Decision, ExpiryPolicy, InterruptKind, ResumeOutcome
 from models.errors import BudgetRejectedError, FlowDefinitionError
 from worker.actors import hash_credential
-from worker.context import ResolvedInterrupt, StepContext, Suspend, build_spec
+from worker.context import ResolvedInterrupt, StepContext
+from worker.declarations import Suspend, declare
 from worker.flows import Flow
 from worker.gateway import MAX_PAYLOAD_CHARS, _payload
 from worker.schemas import BudgetGrant, input_schema, json_schema_of, parse_schema_id
@@ -172,14 +173,14 @@ def test_credentials_are_hashed_whatever_text_they_hold() -> None:
 def _spec(**overrides: Any) -> Any:
     declaration: dict[str, Any] = {
         "kind": "approval",
-        "model": Review,
+        "input": Review,
         "authority": ["approver"],
         "expires_in": 60,
         "evidence": {"doc": 1},
         "scope": {"env": "prod"},
     }
     declaration.update(overrides)
-    return build_spec("review", **declaration)
+    return declare("review", **declaration)
 
 
 def test_a_declaration_becomes_a_complete_spec() -> None:
@@ -204,7 +205,7 @@ def test_a_declaration_becomes_a_complete_spec() -> None:
         ({"evidence": {"when": datetime.now(UTC)}}, "evidence is not JSON"),
         ({"scope": {"x": math.nan}}, "scope is not JSON"),
         ({"expires_in": 0}, "expires_in must be positive"),
-        ({"model": BudgetGrant.__base__}, "is not registered"),
+        ({"input": BudgetGrant.__base__}, "is not registered"),
         ({"on_expiry": "escalate"}, "escalate needs escalate_to"),
         ({"on_expiry": "default"}, "default policy needs default="),
         ({"on_expiry": "default", "default": {"score": 1}}, "default input is invalid"),
@@ -218,7 +219,7 @@ def test_a_flawed_declaration_is_the_flows_bug(overrides: dict[str, Any], messag
 @pytest.mark.parametrize("name", ["", "x" * 201, "tab\there", 7])
 def test_interrupt_names_must_be_printable_text(name: Any) -> None:
     with pytest.raises(FlowDefinitionError, match="interrupt name"):
-        build_spec(name, kind="approval", model=Review, authority=["a"], expires_in=1)
+        declare(name, kind="approval", input=Review, authority=["a"], expires_in=1)
 
 
 def test_schema_ids_look_like_name_dot_version() -> None:
@@ -264,7 +265,7 @@ def _ask(ctx: StepContext, name: str = "review") -> Any:
 def test_interrupt_without_an_answer_suspends_with_its_spec() -> None:
     with pytest.raises(Suspend) as caught:
         _ask(_ctx())
-    assert caught.value.spec.name == "review"
+    assert caught.value.decl.name == "review"
     assert not isinstance(caught.value, Exception)  # a step's `except Exception` cannot eat it
 
 
@@ -287,7 +288,7 @@ def test_answers_are_found_by_name_only() -> None:
     assert _ask(ctx, "first").approved
     with pytest.raises(Suspend) as caught:
         _ask(ctx, "second")
-    assert caught.value.spec.name == "second"
+    assert caught.value.decl.name == "second"
 
 
 def test_consume_within_the_allowance_needs_no_interrupt() -> None:
@@ -306,7 +307,7 @@ def test_consume_past_the_allowance_waits_for_a_grant() -> None:
     ctx = _ctx(budget_consumed=8.0)
     with pytest.raises(Suspend) as caught:
         ctx.consume(4)
-    spec = caught.value.spec
+    spec = caught.value.decl
     assert (spec.name, spec.kind, spec.schema_name) == ("budget.1", InterruptKind.BUDGET, "budget")
     assert spec.roles == ["operator"]
     assert spec.evidence == {"allowance": 10.0, "consumed": 8.0, "requested": 4}

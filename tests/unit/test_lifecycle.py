@@ -4,10 +4,26 @@ from __future__ import annotations
 
 import pytest
 
-from models.enums import TERMINAL_STATES, EffectStatus, InterruptStatus, ResumeOutcome, RunState
+from models.enums import (
+    TERMINAL_STATES,
+    EffectStatus,
+    EventKind,
+    InterruptStatus,
+    ResumeOutcome,
+    RunState,
+)
 from models.errors import InvalidTransitionError, StaleStateError
+from models.runs import run_destination
 from models.tables import Base
-from statemachine import destination, sources, transition_table, triggers
+from statemachine import (
+    TransitionNotAllowed,
+    destination,
+    interrupt_destination,
+    interrupt_table,
+    sources,
+    transition_table,
+    triggers,
+)
 
 
 def test_every_documented_move_exists() -> None:
@@ -37,12 +53,31 @@ def test_cancel_leaves_every_non_terminal_state() -> None:
 
 
 def test_invalid_trigger_is_a_one_line_error_naming_run_and_state() -> None:
+    with pytest.raises(TransitionNotAllowed):
+        destination("claim", "waiting")
     with pytest.raises(InvalidTransitionError) as caught:
-        destination("claim", "waiting", run_id="r-1")
+        run_destination("claim", "waiting", "r-1")
     assert str(caught.value) == "run r-1: cannot claim from waiting"
     assert caught.value.run_id == "r-1"
     with pytest.raises(InvalidTransitionError):
-        destination("no_such_trigger", "queued", run_id="r-1")
+        run_destination("no_such_trigger", "queued", "r-1")
+
+
+def test_a_pending_interrupt_ends_once_one_of_four_ways() -> None:
+    assert dict(interrupt_table()) == {
+        ("resolve", "pending"): "resolved",
+        ("expire", "pending"): "expired",
+        ("supersede", "pending"): "superseded",
+        ("cancel", "pending"): "cancelled",
+    }
+    for ended in set(InterruptStatus) - {InterruptStatus.PENDING}:
+        for trigger in ("resolve", "expire", "supersede", "cancel"):
+            with pytest.raises(TransitionNotAllowed):
+                interrupt_destination(trigger, ended)
+
+
+def test_every_run_trigger_is_an_event_kind() -> None:
+    assert triggers() <= {kind.value for kind in EventKind}
 
 
 def test_stale_state_error_names_expected_and_found() -> None:

@@ -1,35 +1,54 @@
-"""The only code that writes run state: inserts, CAS transitions, checkpoints and audit events.
+"""The runs store: the only code that reads or writes runs, checkpoints and events.
 
 Every transition is ``UPDATE runs ... WHERE id = :id AND state_version = :seen`` (optionally
 fenced on the lease epoch too); zero rows means another process moved the run first, and the
-caller gets a typed error naming what it expected and what it found.
+caller gets a typed error naming what it expected and what it found. Writes that are not
+transitions (a lease renewal, a pause request, a republish) are compare-and-set too.
 """
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from datetime import datetime, timedelta
 from typing import Any, NoReturn
 
-from sqlalchemy import Table, insert, select, update
+from sqlalchemy import Table, insert, or_, select, update
 from sqlalchemy.orm import Session
 from sqlalchemy.orm.attributes import set_committed_value
 
-from models.db import utcnow
-from models.enums import RunState
-from models.errors import FencedError, RunNotFoundError, StaleStateError
+from models.db import dialect, utcnow
+from models.enums import EventKind, RunState
+from models.errors import (
+    FencedError,
+    InvalidTransitionError,
+    RunNotFoundError,
+    StaleStateError,
+)
 from models.tables import Checkpoint, Event, Run
-from statemachine import destination
+from statemachine import CLAIMABLE, TERMINAL_STATES, TransitionNotAllowed, destination
 
-CLAIMABLE = (RunState.QUEUED.value, RunState.RESUMING.value)
 RUNS: Table = Run.__table__  # type: ignore[assignment]
 EVENTS: Table = Event.__table__  # type: ignore[assignment]
 CHECKPOINTS: Table = Checkpoint.__table__  # type: ignore[assignment]
+# Written by ``move`` alone, from the lifecycle: a caller's fields may not override them.
+LIFECYCLE_FIELDS = frozenset({"state", "state_version", "updated_at"})
+NON_TERMINAL = [s.value for s in RunState if s not in TERMINAL_STATES]
 
 
 def new_id() -> str:
     return uuid.uuid4().hex
+
+
+def run_destination(trigger: str, current: str, run_id: str) -> RunState:
+    """The lifecycle's answer for ``trigger`` from ``current``, as interlude's own error."""
+    try:
+        return destination(trigger, current)
+    except TransitionNotAllowed:
+        raise InvalidTransitionError(run_id=run_id, trigger=trigger, found=current) from None
+
+
+# --- events ------------------------------------------------------------------------------------
 
 
 def record_event(
@@ -37,25 +56,64 @@ def record_event(
     run_id: str,
     *,
     actor: str,
-    trigger: str,
+    kind: EventKind,
     from_state: str | None = None,
     to_state: str | None = None,
     detail: Any = None,
     at: datetime | None = None,
 ) -> None:
+    record_events(
+        session, run_id, actor=actor, events=[(kind, detail)], at=at, states=[from_state, to_state]
+    )
+
+
+def record_events(
+    session: Session,
+    run_id: str,
+    *,
+    actor: str,
+    events: Sequence[tuple[EventKind, Any]],
+    at: datetime | None = None,
+    states: Sequence[str | None] | None = None,
+) -> None:
+    """Append audit events in one statement; ``states`` are the states they pass through."""
+    if not events:
+        return
+    at = at or utcnow()
     # A Core insert: events are never read back through the session, and skipping the ORM's
     # unit of work for them is a measurable share of a step's cost.
     session.execute(
-        insert(EVENTS).values(
-            run_id=run_id,
-            at=at or utcnow(),
-            actor=actor,
-            trigger=trigger,
-            from_state=from_state,
-            to_state=to_state,
-            detail=detail or {},
-        )
+        insert(EVENTS),
+        [
+            {
+                "run_id": run_id,
+                "at": at,
+                "actor": actor,
+                "trigger": EventKind(kind).value,
+                "from_state": states[i] if states else None,
+                "to_state": states[i + 1] if states else None,
+                "detail": detail or {},
+            }
+            for i, (kind, detail) in enumerate(events)
+        ],
     )
+
+
+def record_refusal_once(session: Session, run_id: str, *, actor: str, reason: str) -> bool:
+    """Record why a run cannot continue here, unless that is already its latest event."""
+    last = session.execute(
+        select(Event.trigger, Event.detail)
+        .where(Event.run_id == run_id)
+        .order_by(Event.id.desc())
+        .limit(1)
+    ).first()
+    if last is not None and tuple(last) == (EventKind.REFUSED.value, reason):
+        return False
+    record_event(session, run_id, actor=actor, kind=EventKind.REFUSED, detail=reason)
+    return True
+
+
+# --- runs and checkpoints ----------------------------------------------------------------------
 
 
 def insert_run(
@@ -117,12 +175,20 @@ def insert_run(
         session,
         run.id,
         actor=started_by or "app",
-        trigger="enqueue",
+        kind=EventKind.ENQUEUE,
         to_state=RunState.QUEUED.value,
         detail={"flow": flow_name, "version": flow_version},
         at=now,
     )
     return run
+
+
+def find_by_key(session: Session, key: str) -> tuple[str, str] | None:
+    """``(run id, flow name)`` of the run started with idempotency key ``key``."""
+    found = session.execute(
+        select(Run.id, Run.flow_name).where(Run.idempotency_key == key)
+    ).one_or_none()
+    return None if found is None else (str(found.id), str(found.flow_name))
 
 
 def load_run(session: Session, run_id: str) -> Run:
@@ -132,10 +198,39 @@ def load_run(session: Session, run_id: str) -> Run:
     return run
 
 
+def find_run(session: Session, run_id: str) -> Run | None:
+    return session.get(Run, run_id)
+
+
+def load_runs(session: Session, run_ids: Collection[str]) -> dict[str, Run]:
+    if not run_ids:
+        return {}
+    rows = session.execute(select(Run).where(Run.id.in_(list(run_ids)))).scalars()
+    return {run.id: run for run in rows}
+
+
+def load_claimable(session: Session, run_id: str) -> tuple[Run, Checkpoint] | None:
+    """The run and its latest checkpoint in one query, if the run may be claimed now.
+
+    The later ``claim`` finds the run in the session without another query.
+    """
+    found = session.execute(
+        select(Run, Checkpoint)
+        .join(
+            Checkpoint,
+            (Checkpoint.run_id == Run.id) & (Checkpoint.seq == Run.checkpoint_seq),
+        )
+        .where(Run.id == run_id)
+    ).first()
+    if found is None or found[0].state not in CLAIMABLE:
+        return None
+    return found[0], found[1]
+
+
 def move(
     session: Session,
     run: Run,
-    trigger: str,
+    trigger: EventKind,
     *,
     actor: str,
     detail: Any = None,
@@ -155,7 +250,7 @@ def move(
 def move_through(
     session: Session,
     run: Run,
-    triggers: Sequence[tuple[str, Any]],
+    triggers: Sequence[tuple[EventKind, Any]],
     *,
     actor: str,
     fence_epoch: int | None = None,
@@ -167,21 +262,20 @@ def move_through(
     UPDATE instead of two. The run's pause request comes back with it (it is not part of the
     state version, so it is read fresh here).
     """
+    overridden = LIFECYCLE_FIELDS & fields.keys()
+    if overridden:
+        raise ValueError(f"{sorted(overridden)} are set by the lifecycle, not by callers")
     states = [run.state]
     for trigger, _ in triggers:
-        states.append(destination(trigger, states[-1], run_id=run.id).value)
+        states.append(run_destination(trigger, states[-1], run.id).value)
     dest = RunState(states[-1])
     now = utcnow()
-    values: dict[str, Any] = {
-        "state": dest.value,
-        "state_version": run.state_version + len(triggers),
-        "updated_at": now,
-        **fields,
-    }
+    values: dict[str, Any] = dict(fields)
     if dest.terminal:
         values.setdefault("finished_at", now)
         values.setdefault("lease_owner", None)
         values.setdefault("lease_expires_at", None)
+    values.update(state=dest.value, state_version=run.state_version + len(triggers), updated_at=now)
     stmt = update(RUNS).where(RUNS.c.id == run.id, RUNS.c.state_version == run.state_version)
     if fence_epoch is not None:
         stmt = stmt.where(RUNS.c.lease_epoch == fence_epoch)
@@ -191,21 +285,7 @@ def move_through(
     values["pause_requested_by"] = returned.pause_requested_by
     for key, value in values.items():
         set_committed_value(run, key, value)
-    session.execute(
-        insert(EVENTS),
-        [
-            {
-                "run_id": run.id,
-                "at": now,
-                "actor": actor,
-                "trigger": trigger,
-                "from_state": states[i],
-                "to_state": states[i + 1],
-                "detail": detail or {},
-            }
-            for i, (trigger, detail) in enumerate(triggers)
-        ],
-    )
+    record_events(session, run.id, actor=actor, events=triggers, at=now, states=states)
     return run
 
 
@@ -241,7 +321,7 @@ def claim(
         return move(
             session,
             run,
-            "claim",
+            EventKind.CLAIM,
             actor=f"worker:{owner}",
             detail={"epoch": run.lease_epoch + 1, "step": run.next_step},
             lease_owner=owner,
@@ -262,13 +342,35 @@ def assert_owner(session: Session, run_id: str, epoch: int) -> None:
     so a reclaim cannot slip in between this check and the caller's commit.
     """
     result = session.execute(
-        update(Run)
-        .where(Run.id == run_id, Run.lease_epoch == epoch, Run.state == RunState.RUNNING.value)
+        update(RUNS)
+        .where(RUNS.c.id == run_id, RUNS.c.lease_epoch == epoch, RUNS.c.state == RunState.RUNNING)
         .values(updated_at=utcnow())
-        .execution_options(synchronize_session=False)
     )
     if result.rowcount != 1:  # type: ignore[attr-defined]
         raise FencedError(run_id=run_id, epoch=epoch)
+
+
+def renew_lease(session: Session, run_id: str, *, epoch: int, expires_at: datetime) -> bool:
+    """Extend the lease held at ``epoch``; False if another owner took the run meanwhile."""
+    result = session.execute(
+        update(RUNS)
+        .where(RUNS.c.id == run_id, RUNS.c.lease_epoch == epoch, RUNS.c.state == RunState.RUNNING)
+        .values(lease_expires_at=expires_at)
+    )
+    return bool(result.rowcount == 1)  # type: ignore[attr-defined]
+
+
+def request_pause(session: Session, run_id: str, *, actor: str) -> bool:
+    """Ask a run that has not finished to stop at its next step boundary."""
+    result = session.execute(
+        update(RUNS)
+        .where(RUNS.c.id == run_id, RUNS.c.state.in_(NON_TERMINAL))
+        .values(pause_requested_by=actor, updated_at=utcnow())
+    )
+    if result.rowcount != 1:  # type: ignore[attr-defined]
+        return False
+    record_event(session, run_id, actor=actor, kind=EventKind.PAUSE_REQUESTED, detail={})
+    return True
 
 
 def latest_checkpoint(session: Session, run: Run) -> Checkpoint:
@@ -276,6 +378,10 @@ def latest_checkpoint(session: Session, run: Run) -> Checkpoint:
         select(Checkpoint).where(Checkpoint.run_id == run.id, Checkpoint.seq == run.checkpoint_seq)
     ).scalar_one()
     return checkpoint
+
+
+def get_checkpoint(session: Session, checkpoint_id: str) -> Checkpoint | None:
+    return session.get(Checkpoint, checkpoint_id)
 
 
 def new_checkpoint(
@@ -312,15 +418,36 @@ def insert_checkpoint(session: Session, checkpoint: Checkpoint) -> None:
     )
 
 
-def set_flags(session: Session, run_id: str, **fields: Any) -> bool:
-    """Write run fields that are not part of the lifecycle (pause request, dispatch time)."""
-    result = session.execute(
-        update(Run)
-        .where(Run.id == run_id)
-        .values(**fields)
-        .execution_options(synchronize_session=False)
+# --- recovery (the reaper) ---------------------------------------------------------------------
+
+
+def expired_leases(session: Session, now: datetime, batch: int) -> list[Run]:
+    """Running runs whose owner stopped renewing, oldest first; rows others hold are skipped."""
+    query = (
+        select(Run)
+        .where(Run.state == RunState.RUNNING.value, Run.lease_expires_at < now)
+        .order_by(Run.lease_expires_at)
+        .limit(batch)
     )
-    return bool(result.rowcount == 1)  # type: ignore[attr-defined]
+    return list(session.execute(dialect(session).lock_or_skip(query)).scalars())
+
+
+def unclaimed(
+    session: Session, *, cutoff: datetime, now: datetime, batch: int
+) -> list[tuple[str, str, int]]:
+    """``(id, state, version)`` of claimable runs last published before ``cutoff``."""
+    query = (
+        select(Run.id, Run.state, Run.state_version)
+        .where(
+            Run.state.in_(CLAIMABLE),
+            or_(Run.dispatched_at.is_(None), Run.dispatched_at < cutoff),
+            or_(Run.not_before.is_(None), Run.not_before <= now),
+        )
+        .order_by(Run.dispatched_at)
+        .limit(batch)
+    )
+    rows = session.execute(dialect(session).lock_or_skip(query)).all()
+    return [(str(r.id), str(r.state), int(r.state_version)) for r in rows]
 
 
 def mark_redispatched(
@@ -331,14 +458,13 @@ def mark_redispatched(
     The reaper publishes only when this returns True, so two reapers never both republish.
     """
     result = session.execute(
-        update(Run)
+        update(RUNS)
         .where(
-            Run.id == run_id,
-            Run.state_version == state_version,
-            Run.state.in_(CLAIMABLE),
-            (Run.dispatched_at.is_(None)) | (Run.dispatched_at < cutoff),
+            RUNS.c.id == run_id,
+            RUNS.c.state_version == state_version,
+            RUNS.c.state.in_(CLAIMABLE),
+            (RUNS.c.dispatched_at.is_(None)) | (RUNS.c.dispatched_at < cutoff),
         )
         .values(dispatched_at=now)
-        .execution_options(synchronize_session=False)
     )
     return bool(result.rowcount == 1)  # type: ignore[attr-defined]

@@ -1,0 +1,53 @@
+"""The actors store: responders, their roles and the hash of their credential."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from sqlalchemy import Table, insert, select, update
+from sqlalchemy.orm import Session
+
+from models.db import dialect, utcnow
+from models.tables import Actor
+
+ACTORS: Table = Actor.__table__  # type: ignore[assignment]
+
+
+def insert_actor(session: Session, actor_id: str, roles: list[str], credential_hash: str) -> None:
+    """A new actor; an id that exists raises IntegrityError."""
+    session.execute(
+        insert(ACTORS).values(
+            id=actor_id, roles=roles, credential_hash=credential_hash, created_at=utcnow()
+        )
+    )
+
+
+def get_actor(session: Session, actor_id: str, *, for_decision: bool = False) -> Actor | None:
+    """The actor row; ``for_decision`` keeps it from changing (a revoke) until commit."""
+    query = select(Actor).where(Actor.id == actor_id)
+    if for_decision:
+        query = dialect(session).lock_shared(query)
+    return session.execute(query).scalar_one_or_none()
+
+
+def revoke(session: Session, actor_id: str, at: datetime) -> bool:
+    """Revoke the actor if it is active; False if it does not exist or was revoked before."""
+    result = session.execute(
+        update(ACTORS)
+        .where(ACTORS.c.id == actor_id, ACTORS.c.revoked_at.is_(None))
+        .values(revoked_at=at)
+    )
+    return bool(result.rowcount == 1)  # type: ignore[attr-defined]
+
+
+def set_roles(session: Session, actor_id: str, roles: list[str]) -> bool:
+    result = session.execute(update(ACTORS).where(ACTORS.c.id == actor_id).values(roles=roles))
+    return bool(result.rowcount == 1)  # type: ignore[attr-defined]
+
+
+def exists(session: Session, actor_id: str) -> bool:
+    return session.execute(select(Actor.id).where(Actor.id == actor_id)).first() is not None
+
+
+def list_all(session: Session) -> list[Actor]:
+    return list(session.execute(select(Actor).order_by(Actor.id)).scalars())

@@ -1,0 +1,93 @@
+"""What differs between PostgreSQL and SQLite, in one place, chosen once per engine.
+
+PostgreSQL serialises contenders with row locks (``FOR UPDATE``, ``SKIP LOCKED`` for sweeps);
+SQLite has no row locks and serialises every writer with ``BEGIN IMMEDIATE`` instead, so its
+strategy leaves queries as they are and prepares each connection for that.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, TypeVar
+
+from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.sql import Select
+
+SQLITE_BUSY_TIMEOUT_MS = 30_000
+S = TypeVar("S", bound=Select[*tuple[Any, ...]])
+
+
+class Dialect:
+    """The PostgreSQL strategy; SQLite overrides what it does differently."""
+
+    name = "postgresql"
+
+    def create(self, url: URL, pool_size: int) -> Engine:
+        if url.drivername in ("postgresql", "postgres"):
+            # psycopg 3 is the driver we ship; plain postgresql:// would ask for psycopg2.
+            url = url.set(drivername="postgresql+psycopg")
+        return create_engine(
+            url, pool_pre_ping=True, pool_size=pool_size, max_overflow=max(10, pool_size)
+        )
+
+    def lock(self, query: S) -> S:
+        """Rows this transaction is about to change: contenders queue behind it."""
+        return query.with_for_update()
+
+    def lock_or_skip(self, query: S) -> S:
+        """Rows to work on unless another process holds them (sweeps, reapers): never wait."""
+        return query.with_for_update(skip_locked=True)
+
+    def lock_shared(self, query: S) -> S:
+        """Rows read to decide, that must not change before commit."""
+        return query.with_for_update(read=True)
+
+
+class SQLiteDialect(Dialect):
+    name = "sqlite"
+
+    def create(self, url: URL, pool_size: int) -> Engine:
+        if url.database and url.database != ":memory:":
+            Path(url.database).parent.mkdir(parents=True, exist_ok=True)
+        engine = create_engine(url, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000})
+        _serialise_writers(engine)
+        return engine
+
+    # Every write transaction already holds the database's single write lock from BEGIN.
+    def lock(self, query: S) -> S:
+        return query
+
+    def lock_or_skip(self, query: S) -> S:
+        return query
+
+    def lock_shared(self, query: S) -> S:
+        return query
+
+
+def _serialise_writers(engine: Engine) -> None:
+    # pysqlite's own transaction handling would start transactions lazily and DEFERRED;
+    # we take over so that every write transaction holds the write lock from its first read.
+    @event.listens_for(engine, "connect")
+    def _connect(dbapi_conn: Any, _record: Any) -> None:
+        dbapi_conn.isolation_level = None
+        cur = dbapi_conn.cursor()
+        cur.execute("PRAGMA journal_mode=WAL")
+        cur.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+        cur.execute("PRAGMA foreign_keys=ON")
+        cur.execute("PRAGMA synchronous=NORMAL")
+        cur.close()
+
+    @event.listens_for(engine, "begin")
+    def _begin(conn: Any) -> None:
+        readonly = conn.get_execution_options().get("interlude_readonly", False)
+        conn.exec_driver_sql("BEGIN" if readonly else "BEGIN IMMEDIATE")
+
+
+def dialect_for(url: str | URL) -> Dialect:
+    name = make_url(url).get_backend_name()
+    if name == "sqlite":
+        return SQLiteDialect()
+    if name in ("postgresql", "postgres"):
+        return Dialect()
+    raise ValueError(f"unsupported database {name!r}: use postgresql:// or sqlite://")

@@ -1,0 +1,242 @@
+"""The interrupts store: the only code that reads or writes interrupts and resume attempts.
+
+An interrupt's status moves only through ``transition`` (a compare-and-set on the status the
+lifecycle in ``statemachine.interrupts`` allows), and "a newer interrupt asks in place of this
+one" exists once, in ``supersede``, for escalations and renewed reviews alike.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import Table, insert, select, update
+from sqlalchemy.orm import Session
+from sqlalchemy.orm.attributes import set_committed_value
+
+from models.contracts import InterruptDecl
+from models.db import dialect, utcnow
+from models.enums import EventKind, InterruptStatus
+from models.runs import new_id, record_event
+from models.tables import Interrupt, ResumeAttempt, Run
+from statemachine import interrupt_destination, interrupt_sources
+
+INTERRUPTS: Table = Interrupt.__table__  # type: ignore[assignment]
+ATTEMPTS: Table = ResumeAttempt.__table__  # type: ignore[assignment]
+PENDING = InterruptStatus.PENDING.value
+# What a superseding interrupt does not take over from the one it replaces.
+NOT_INHERITED = frozenset(
+    {
+        "id",
+        "status",
+        "supersedes",
+        "superseded_by",
+        "decision",
+        "resume_input",
+        "resolved_by",
+        "created_at",
+        "resolved_at",
+    }
+)
+
+
+def insert_interrupt(
+    session: Session,
+    run: Run,
+    decl: InterruptDecl,
+    *,
+    step: str,
+    checkpoint_id: str,
+    actor: str,
+) -> Interrupt:
+    """The durable interrupt for a run that has just moved to ``waiting``."""
+    now = utcnow()
+    interrupt = Interrupt(
+        **decl.model_dump(exclude={"expires_in"}),
+        id=new_id(),
+        run_id=run.id,
+        status=PENDING,
+        step=step,
+        checkpoint_id=checkpoint_id,
+        state_version=run.state_version,
+        flow_version=run.flow_version,
+        deadline=now + timedelta(seconds=decl.expires_in),
+        escalation_level=0,
+        created_at=now,
+    )
+    session.add(interrupt)
+    record_event(
+        session,
+        run.id,
+        actor=actor,
+        kind=EventKind.INTERRUPT,
+        detail={"interrupt_id": interrupt.id, "name": decl.name, "kind": decl.kind},
+        at=now,
+    )
+    return interrupt
+
+
+def transition(session: Session, interrupt: Interrupt, trigger: str, **values: Any) -> bool:
+    """Move ``interrupt`` by ``trigger`` if it is still where the lifecycle allows it from.
+
+    False when another process moved it first (nothing is written then).
+    """
+    sources = [s.value for s in interrupt_sources(trigger)]
+    values = {**values, "status": interrupt_destination(trigger, sources[0]).value}
+    values.setdefault("resolved_at", utcnow())
+    moved = session.execute(
+        update(INTERRUPTS)
+        .where(INTERRUPTS.c.id == interrupt.id, INTERRUPTS.c.status.in_(sources))
+        .values(**values)
+    )
+    if moved.rowcount != 1:  # type: ignore[attr-defined]
+        return False
+    for key, value in values.items():
+        set_committed_value(interrupt, key, value)
+    return True
+
+
+def supersede(
+    session: Session, old: Interrupt, *, resolved_by: str, **changes: Any
+) -> Interrupt | None:
+    """A new pending interrupt asks in place of ``old``, which becomes ``superseded``.
+
+    It inherits everything but ``changes`` and its own identity; its deadline keeps the old
+    one's duration unless ``changes`` sets one. None if ``old`` was no longer pending.
+    """
+    now = utcnow()
+    columns = {c: getattr(old, c) for c in INTERRUPTS.columns.keys() if c not in NOT_INHERITED}  # noqa: SIM118
+    renewed = Interrupt(
+        **{
+            **columns,
+            "deadline": now + (old.deadline - old.created_at),
+            **changes,
+            "id": new_id(),
+            "status": PENDING,
+            "supersedes": old.id,
+            "created_at": now,
+        }
+    )
+    if not transition(session, old, "supersede", superseded_by=renewed.id, resolved_by=resolved_by):
+        return None
+    session.add(renewed)
+    session.flush()
+    return renewed
+
+
+def lock(session: Session, interrupt_id: str) -> Interrupt | None:
+    """The interrupt, locked until commit: concurrent resumes of it queue here."""
+    query = select(Interrupt).where(Interrupt.id == interrupt_id)
+    return session.execute(dialect(session).lock(query)).scalar_one_or_none()
+
+
+def get(session: Session, interrupt_id: str) -> Interrupt | None:
+    return session.get(Interrupt, interrupt_id)
+
+
+def pending_of_run(session: Session, run_id: str, *, locked: bool = False) -> list[Interrupt]:
+    """A run's pending interrupts, oldest first (locked: in the order resumes take them)."""
+    query = (
+        select(Interrupt)
+        .where(Interrupt.run_id == run_id, Interrupt.status == PENDING)
+        .order_by(Interrupt.created_at)
+    )
+    if locked:
+        query = dialect(session).lock(query)
+    return list(session.execute(query).scalars())
+
+
+def resolved_at(
+    session: Session, run_id: str, checkpoint_id: str, *, name: str | None = None
+) -> list[Interrupt]:
+    """The answered interrupts of a run at one checkpoint (of one name, if given)."""
+    query = select(Interrupt).where(
+        Interrupt.run_id == run_id,
+        Interrupt.checkpoint_id == checkpoint_id,
+        Interrupt.status == InterruptStatus.RESOLVED.value,
+    )
+    if name is not None:
+        query = query.where(Interrupt.name == name)
+    return list(session.execute(query).scalars())
+
+
+def any_resolved_at(session: Session, run_id: str, checkpoint_id: str) -> bool:
+    found = session.execute(
+        select(Interrupt.id)
+        .where(
+            Interrupt.run_id == run_id,
+            Interrupt.checkpoint_id == checkpoint_id,
+            Interrupt.status == InterruptStatus.RESOLVED.value,
+        )
+        .limit(1)
+    ).first()
+    return found is not None
+
+
+def due(session: Session, now: datetime, size: int, exclude: Collection[str]) -> list[Interrupt]:
+    """Due pending interrupts, oldest deadline first, read through the (status, deadline) index.
+
+    Rows another sweeper (or a resume in the gateway) holds are theirs: skipped, never waited on.
+    """
+    query = (
+        select(Interrupt)
+        .where(Interrupt.status == PENDING, Interrupt.deadline <= now)
+        .order_by(Interrupt.deadline)
+        .limit(size)
+    )
+    if exclude:
+        query = query.where(Interrupt.id.not_in(list(exclude)))
+    return list(session.execute(dialect(session).lock_or_skip(query)).scalars())
+
+
+def list_rows(
+    *,
+    session: Session,
+    run_id: str | None = None,
+    status: InterruptStatus | None = None,
+    kind: str | None = None,
+    limit: int = 1000,
+) -> list[Interrupt]:
+    """Interrupts, oldest first: the operators' work queue."""
+    query = select(Interrupt).order_by(Interrupt.created_at, Interrupt.id).limit(limit)
+    if run_id is not None:
+        query = query.where(Interrupt.run_id == run_id)
+    if status is not None:
+        query = query.where(Interrupt.status == status.value)
+    if kind is not None:
+        query = query.where(Interrupt.kind == kind)
+    return list(session.execute(query).scalars())
+
+
+# --- resume attempts ---------------------------------------------------------------------------
+
+
+def original_attempt(session: Session, key: str) -> ResumeAttempt | None:
+    """The attempt that claimed idempotency key ``key``, if any."""
+    return session.execute(
+        select(ResumeAttempt).where(ResumeAttempt.original_key == key)
+    ).scalar_one_or_none()
+
+
+def insert_attempt(session: Session, **values: Any) -> int:
+    """Record one resume attempt; returns its id."""
+    inserted = session.execute(
+        insert(ATTEMPTS).values(at=utcnow(), **values).returning(ATTEMPTS.c.id)
+    )
+    return int(inserted.scalar_one())
+
+
+def list_attempts(
+    session: Session,
+    *,
+    interrupt_id: str | None = None,
+    run_id: str | None = None,
+    limit: int = 1000,
+) -> list[ResumeAttempt]:
+    query = select(ResumeAttempt).order_by(ResumeAttempt.id).limit(limit)
+    if interrupt_id is not None:
+        query = query.where(ResumeAttempt.interrupt_id == interrupt_id)
+    if run_id is not None:
+        query = query.where(ResumeAttempt.run_id == run_id)
+    return list(session.execute(query).scalars())

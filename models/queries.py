@@ -1,0 +1,146 @@
+"""Read-only queries behind listings and statistics (they write nothing).
+
+Their cost follows the rows of interest (waiting runs, audit rows of one kind), not the whole
+history of runs.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from models.enums import (
+    REPEATED_WORK,
+    EventKind,
+    InterruptKind,
+    InterruptStatus,
+    ResumeOutcome,
+    RunState,
+)
+from models.tables import Checkpoint, Effect, Event, Interrupt, ResumeAttempt, Run
+
+
+def list_runs(
+    session: Session, *, state: RunState | None, flow: str | None, limit: int
+) -> list[Run]:
+    """Runs, newest first."""
+    query = select(Run).order_by(Run.created_at.desc(), Run.id).limit(limit)
+    if state is not None:
+        query = query.where(Run.state == state.value)
+    if flow is not None:
+        query = query.where(Run.flow_name == flow)
+    return list(session.execute(query).scalars())
+
+
+def checkpoints_of(session: Session, run_id: str) -> list[Checkpoint]:
+    query = select(Checkpoint).where(Checkpoint.run_id == run_id).order_by(Checkpoint.seq)
+    return list(session.execute(query).scalars())
+
+
+def events_of(session: Session, run_id: str) -> list[Event]:
+    return list(
+        session.execute(select(Event).where(Event.run_id == run_id).order_by(Event.id)).scalars()
+    )
+
+
+def effects_of(session: Session, run_id: str) -> list[Effect]:
+    query = select(Effect).where(Effect.run_id == run_id).order_by(Effect.id)
+    return list(session.execute(query).scalars())
+
+
+# --- statistics --------------------------------------------------------------------------------
+
+
+def waiting_count(session: Session) -> int:
+    return int(
+        session.execute(
+            select(func.count()).where(Run.state == RunState.WAITING.value)
+        ).scalar_one()
+    )
+
+
+def waiting_by_kind(session: Session) -> dict[str, int]:
+    """Waiting runs by the kind of interrupt they wait on."""
+    rows = session.execute(
+        select(Interrupt.kind, func.count(func.distinct(Interrupt.run_id)))
+        .join(Run, Run.id == Interrupt.run_id)
+        .where(
+            Interrupt.status == InterruptStatus.PENDING.value,
+            Run.state == RunState.WAITING.value,
+        )
+        .group_by(Interrupt.kind)
+    ).all()
+    found = {kind: int(count) for kind, count in rows}
+    return {kind.value: found.get(kind.value, 0) for kind in InterruptKind}
+
+
+def waiting_since(session: Session) -> tuple[datetime | None, datetime | None]:
+    """When the longest and the median wait began.
+
+    A run waits since the first interrupt of its current wait: escalations and renewed reviews
+    supersede an interrupt but keep the run's state version, so they do not restart the clock.
+    """
+    since = (
+        select(func.min(Interrupt.created_at).label("since"))
+        .join(
+            Run,
+            (Run.id == Interrupt.run_id) & (Run.state_version == Interrupt.state_version),
+        )
+        .where(Run.state == RunState.WAITING.value)
+        .group_by(Interrupt.run_id)
+        .subquery()
+    )
+    count, oldest = session.execute(select(func.count(), func.min(since.c.since))).one()
+    if not count:
+        return None, None
+    # The median without percentile functions (SQLite has none): the middle one or two rows.
+    middle = list(
+        session.execute(
+            select(since.c.since)
+            .order_by(since.c.since)
+            .offset((count - 1) // 2)
+            .limit(1 if count % 2 else 2)
+        ).scalars()
+    )
+    median = middle[0] + (middle[-1] - middle[0]) / 2
+    return oldest, median
+
+
+def attempts_by_outcome(session: Session) -> dict[str, int]:
+    return _counts(session, ResumeAttempt.outcome, ResumeOutcome)
+
+
+def _counts(session: Session, column: Any, enum: Any) -> dict[str, int]:
+    rows = session.execute(select(column, func.count()).group_by(column)).all()
+    found = {value: int(count) for value, count in rows}
+    return {member.value: found.get(member.value, 0) for member in enum}
+
+
+def resumed_runs(session: Session) -> dict[str, int]:
+    """Runs with an accepted resume, by the state they are in now."""
+    resumed = (
+        select(ResumeAttempt.run_id)
+        .where(ResumeAttempt.outcome == ResumeOutcome.ACCEPTED.value)
+        .distinct()
+    )
+    rows = session.execute(
+        select(Run.state, func.count()).where(Run.id.in_(resumed)).group_by(Run.state)
+    ).all()
+    found = {state: int(count) for state, count in rows}
+    return {state.value: found.get(state.value, 0) for state in RunState}
+
+
+def repeated_work(session: Session) -> dict[EventKind, int]:
+    """Totals of the repeated-work events, by kind."""
+    # Counter events carry {"count": n}; a step re-execution is one event per execution.
+    amount = func.coalesce(Event.detail["count"].as_integer(), 1)
+    rows = session.execute(
+        select(Event.trigger, func.sum(amount))
+        .where(Event.trigger.in_([kind.value for kind in REPEATED_WORK]))
+        .group_by(Event.trigger)
+    ).all()
+    found = {trigger: int(total or 0) for trigger, total in rows}
+    return {kind: found.get(kind.value, 0) for kind in REPEATED_WORK}

@@ -1,0 +1,144 @@
+"""Interrupt declarations: the arguments of ``ctx.interrupt``, checked once into one value.
+
+The checked value (``InterruptDecl``) is what the runtime stores and what ``InterruptView``
+reads back; a flaw in a declaration is the flow's bug (FlowDefinitionError).
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any, NotRequired, TypedDict, Unpack
+
+from pydantic import BaseModel, ValidationError
+
+from models.contracts import InterruptDecl, evidence_hash, json_copy
+from models.enums import ExpiryPolicy, InterruptKind
+from models.errors import FlowDefinitionError
+from worker.schemas import json_schema_of, schema_id_of
+
+# Interrupt names are stable across re-executions; they key the answer at a checkpoint.
+MAX_INTERRUPT_NAME = 200
+# The interrupt an operator's pause stops a run on.
+PAUSE_INTERRUPT = "operator.pause"
+
+
+class InterruptArgs(TypedDict):
+    """What a step may say about an interrupt (see the README's walkthrough)."""
+
+    kind: InterruptKind | str
+    input: type[BaseModel]
+    authority: list[str]
+    expires_in: float | timedelta
+    scope: NotRequired[Any]
+    evidence: NotRequired[Any]
+    on_expiry: NotRequired[ExpiryPolicy | str]
+    reason: NotRequired[str]
+    escalate_to: NotRequired[list[str] | None]
+    escalation_expires_in: NotRequired[float | timedelta | None]
+    max_escalations: NotRequired[int]
+    default: NotRequired[BaseModel | dict[str, Any] | None]
+    separate_from_starter: NotRequired[bool]
+
+
+class Suspend(BaseException):
+    """Control flow, not an error: the step stops here and the run waits for ``decl``.
+
+    It derives from BaseException so that a step's ``except Exception`` cannot swallow it.
+    """
+
+    def __init__(self, decl: InterruptDecl) -> None:
+        super().__init__(decl.name)
+        self.decl = decl
+
+
+def _seconds(value: float | timedelta) -> float:
+    seconds = value.total_seconds() if isinstance(value, timedelta) else float(value)
+    if not 0 < seconds < float("inf"):
+        raise FlowDefinitionError(detail=f"expires_in must be positive, got {value!r}")
+    return seconds
+
+
+def declare(name: str, **args: Unpack[InterruptArgs]) -> InterruptDecl:
+    """Check an interrupt declaration and turn it into the value that is stored."""
+    if (
+        not isinstance(name, str)
+        or not 0 < len(name) <= MAX_INTERRUPT_NAME
+        or not name.isprintable()
+    ):
+        raise FlowDefinitionError(
+            detail=f"interrupt name {name!r} must be 1 to {MAX_INTERRUPT_NAME} printable characters"
+        )
+    try:
+        kind = InterruptKind(args["kind"])
+        policy = ExpiryPolicy(args.get("on_expiry", ExpiryPolicy.EXPIRE))
+    except ValueError as exc:
+        raise FlowDefinitionError(detail=f"interrupt {name!r}: {exc}") from None
+    authority = args["authority"]
+    # A bare string is iterable too: "approver" must not become the roles a, e, o, p, r, v.
+    if (
+        isinstance(authority, str)
+        or not authority
+        or not all(isinstance(r, str) and r for r in authority)
+    ):
+        raise FlowDefinitionError(detail=f"interrupt {name!r}: authority needs a list of roles")
+    scope, evidence = args.get("scope"), args.get("evidence")
+    for what, value in (("scope", scope), ("evidence", evidence)):
+        try:
+            json_copy(value)
+        except (TypeError, ValueError) as exc:
+            raise FlowDefinitionError(
+                detail=f"interrupt {name!r}: {what} is not JSON: {exc}"
+            ) from None
+    model = args["input"]
+    schema_name, schema_version = schema_id_of(model)
+    expires_in = _seconds(args["expires_in"])
+    return InterruptDecl(
+        name=name,
+        kind=kind.value,
+        reason=args.get("reason", ""),
+        schema_name=schema_name,
+        schema_version=schema_version,
+        json_schema=json_schema_of(model),
+        roles=list(authority),
+        scope=scope,
+        evidence=evidence,
+        evidence_hash=evidence_hash(evidence),
+        separate_from_starter=args.get("separate_from_starter", False),
+        expires_in=expires_in,
+        on_expiry=policy.value,
+        escalation=_escalation(name, policy, args, expires_in),
+        default_input=_default_input(name, policy, model, args.get("default")),
+    )
+
+
+def _escalation(
+    name: str, policy: ExpiryPolicy, args: InterruptArgs, expires_in: float
+) -> dict[str, Any] | None:
+    if policy is not ExpiryPolicy.ESCALATE:
+        return None
+    escalate_to = args.get("escalate_to")
+    if not escalate_to:
+        raise FlowDefinitionError(detail=f"interrupt {name!r}: escalate needs escalate_to")
+    then = args.get("escalation_expires_in")
+    return {
+        "roles": list(escalate_to),
+        "expires_in": _seconds(then) if then is not None else expires_in,
+        "max": args.get("max_escalations", 1),
+    }
+
+
+def _default_input(
+    name: str, policy: ExpiryPolicy, model: type[BaseModel], default: Any
+) -> dict[str, Any] | None:
+    if policy is not ExpiryPolicy.DEFAULT:
+        return None
+    if default is None:
+        raise FlowDefinitionError(detail=f"interrupt {name!r}: default policy needs default=")
+    data = default.model_dump(mode="json") if isinstance(default, BaseModel) else default
+    try:
+        checked: dict[str, Any] = model.model_validate(data).model_dump(mode="json")
+    except ValidationError as exc:
+        raise FlowDefinitionError(
+            detail=f"interrupt {name!r}: default input is invalid: {exc.errors()[0]['msg']}"
+        ) from None
+    return checked
