@@ -54,6 +54,8 @@ class ResumeOutcome(StrEnum):
     DENIED = "denied"
     INVALID_INPUT = "invalid_input"
     RENEWED_REVIEW_REQUIRED = "renewed_review_required"
+    # The interrupt's input schema is registered by no flow loaded in this process.
+    UNKNOWN_SCHEMA = "unknown_schema"
 
 
 class EffectStatus(StrEnum):

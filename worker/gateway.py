@@ -36,7 +36,7 @@ from models.tables import Interrupt, ResumeAttempt, Run
 from worker import dispatch
 from worker.actors import authenticate
 from worker.declarations import PAUSE_INTERRUPT
-from worker.flows import Flow, RevalidationContext, get_flow
+from worker.flows import Flow, Migration, RevalidationContext, continuation, load_flow_modules
 from worker.interrupts import notify, view
 from worker.schemas import BudgetGrant, json_schema_of, lookup
 
@@ -113,7 +113,7 @@ def _decide(contract: ResumeContract, credential: str, attempt: _Attempt) -> Res
                     result = _accept(session, contract, submitted, attempt, interrupt, run)
         except Refusal as refusal:
             return _insert(session, attempt, refusal.outcome, refusal.reason)
-        if new_interrupt is not None:
+        if new_interrupt is not None and flow is not None:
             notify_after = (flow, new_interrupt)
             result = _insert(
                 session,
@@ -131,7 +131,7 @@ def _decide(contract: ResumeContract, credential: str, attempt: _Attempt) -> Res
 
 def _check(
     session: Session, contract: ResumeContract, credential: str
-) -> tuple[Interrupt, Run, Flow, dict[str, Any], Interrupt | None]:
+) -> tuple[Interrupt, Run, Flow | None, dict[str, Any], Interrupt | None]:
     """Checks 3 to 8; returns what acceptance needs, or a renewed interrupt, or raises Refusal."""
     actor = authenticate(session, contract.actor.id, credential)
     if actor is None:
@@ -167,11 +167,13 @@ def _check(
         raise Refusal(
             ResumeOutcome.DENIED, f"actor {actor.id} started this run and may not release it"
         )
-    flow = _flow_for(run)
     validated = _validate_input(contract, interrupt)
     submitted = validated.model_dump(mode="json") if validated is not None else {}
-    new_interrupt = _revalidate(session, flow, interrupt, run, submitted)
-    return interrupt, run, flow, submitted, new_interrupt
+    code = _flow_for(run)
+    new_interrupt = None
+    if code is not None:
+        new_interrupt = _revalidate(session, *code, interrupt, run, submitted)
+    return interrupt, run, code[0] if code else None, submitted, new_interrupt
 
 
 def _check_binding(contract: ResumeContract, interrupt: Interrupt, run: Run) -> None:
@@ -192,18 +194,30 @@ def _check_binding(contract: ResumeContract, interrupt: Interrupt, run: Run) -> 
         raise Refusal(ResumeOutcome.STALE, "; ".join(problems))
 
 
-def _flow_for(run: Run) -> Flow:
+def _flow_for(run: Run) -> tuple[Flow, Migration | None] | None:
+    """The flow code that revalidates a resume of ``run`` here, if this process has any.
+
+    The run's own version, else the newest version declaring a migration from it (its
+    revalidation then sees the migrated state). Input validation never needs either.
+    """
     try:
-        return get_flow(run.flow_name, run.flow_version, run_id=run.id)
-    except InterludeError as exc:
-        raise Refusal(ResumeOutcome.INVALID_INPUT, f"cannot validate here: {exc}") from None
+        return continuation(run.flow_name, run.flow_version, run_id=run.id)
+    except InterludeError:
+        return None
 
 
 def _validate_input(contract: ResumeContract, interrupt: Interrupt) -> BaseModel | None:
+    """Check 7, against the schema recorded on the interrupt, wherever it is registered here."""
+    # Schemas are registered by the flow modules: any loaded version of any flow may hold it.
+    load_flow_modules()
     model = lookup(interrupt.schema_name, interrupt.schema_version)
     schema = f"{interrupt.schema_name}.v{interrupt.schema_version}"
     if model is None:
-        raise Refusal(ResumeOutcome.INVALID_INPUT, f"input schema {schema} is not known here")
+        raise Refusal(
+            ResumeOutcome.UNKNOWN_SCHEMA,
+            f"input schema {schema} is registered by none of the flows loaded here "
+            "(INTERLUDE_FLOWS); nothing changed",
+        )
     if json_schema_of(model) != interrupt.json_schema:
         # The model changed under the same version: the responder saw another form.
         raise Refusal(
@@ -219,20 +233,29 @@ def _validate_input(contract: ResumeContract, interrupt: Interrupt) -> BaseModel
 
 
 def _revalidate(
-    session: Session, flow: Flow, interrupt: Interrupt, run: Run, submitted: dict[str, Any]
+    session: Session,
+    flow: Flow,
+    migration: Migration | None,
+    interrupt: Interrupt,
+    run: Run,
+    submitted: dict[str, Any],
 ) -> Interrupt | None:
-    """Check 8: recompute the evidence; if it changed, supersede the interrupt, keep the input."""
+    """Check 8: recompute the evidence; if it changed, supersede the interrupt, keep the input.
+
+    With a migration, the newer version revalidates against the state migrated in memory
+    (the run itself migrates when a worker continues it).
+    """
     revalidator = flow.revalidators.get(interrupt.name)
     if revalidator is None:
         return None
     checkpoint = run_store.get_checkpoint(session, interrupt.checkpoint_id)
-    context = RevalidationContext(
-        run_id=run.id,
-        input=run.input,
-        state=checkpoint.state if checkpoint is not None else {},
-        interrupt=view(interrupt),
-    )
+    state = dict(checkpoint.state or {}) if checkpoint is not None else {}
     try:
+        if migration is not None:
+            state = migration(state)
+        context = RevalidationContext(
+            run_id=run.id, input=run.input, state=state, interrupt=view(interrupt)
+        )
         current = revalidator(context)
         current_hash = evidence_hash(current)
     except Exception as exc:

@@ -328,6 +328,24 @@ def test_schema_drift_is_invalid_input(waiting: Waiting) -> None:
     )
 
 
+def test_a_schema_registered_nowhere_here_is_refused_as_unknown_schema(waiting: Waiting) -> None:
+    # Given an interrupt whose input schema no flow loaded in this process registers
+    with transaction() as session:
+        session.execute(
+            update(Interrupt)
+            .where(Interrupt.id == waiting.interrupt.id)
+            .values(schema_name="retired-approval")
+        )
+    # Then the resume is refused as unknown_schema, says so, and nothing moved
+    _assert_refused_and_kept(
+        waiting,
+        contract_for(waiting.interrupt, "alice"),
+        waiting.credential,
+        "unknown_schema",
+        "input schema retired-approval.v1 is registered by none of the flows loaded here",
+    )
+
+
 def test_renewed_review_when_the_evidence_changed(db: str, shared_worker: WorkerProcess) -> None:
     # Given a price approval raised while the price was 10
     credential = add_actor("alice", ["approver"])

@@ -35,6 +35,7 @@ RESUME_EXIT: dict[ResumeOutcome, int] = {
     ResumeOutcome.DENIED: 14,
     ResumeOutcome.INVALID_INPUT: 15,
     ResumeOutcome.RENEWED_REVIEW_REQUIRED: 16,
+    ResumeOutcome.UNKNOWN_SCHEMA: 17,
 }
 
 EPILOG = f"""exit statuses:
