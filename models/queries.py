@@ -14,6 +14,7 @@ from sqlalchemy.orm import Session
 
 from models.enums import (
     REPEATED_WORK,
+    TERMINAL_STATES,
     EventKind,
     InterruptKind,
     InterruptStatus,
@@ -144,3 +145,21 @@ def repeated_work(session: Session) -> dict[EventKind, int]:
     ).all()
     found = {trigger: int(total or 0) for trigger, total in rows}
     return {kind: found.get(kind.value, 0) for kind in REPEATED_WORK}
+
+
+# --- flow versions -----------------------------------------------------------------------------
+
+
+def unfinished_runs_by_version(session: Session) -> list[tuple[str, int, str, int]]:
+    """``(flow, version, state, count)`` of the runs that have not finished.
+
+    What an operator asks before retiring a flow version: which versions still have runs.
+    Read through the ``(flow_name, state)`` index; finished runs are not counted.
+    """
+    unfinished = [s.value for s in RunState if s not in TERMINAL_STATES]
+    rows = session.execute(
+        select(Run.flow_name, Run.flow_version, Run.state, func.count())
+        .where(Run.state.in_(unfinished))
+        .group_by(Run.flow_name, Run.flow_version, Run.state)
+    ).all()
+    return [(str(f), int(v), str(s), int(n)) for f, v, s, n in rows]

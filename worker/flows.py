@@ -171,6 +171,13 @@ def load_flow_modules() -> None:
                 _loaded.add(module)
 
 
+def registered_versions() -> list[tuple[str, int]]:
+    """Every ``(flow, version)`` this process has, after loading ``INTERLUDE_FLOWS``."""
+    load_flow_modules()
+    with _lock:
+        return sorted(_flows)
+
+
 def get_flow(name: str, version: int | None = None, *, run_id: str = "?") -> Flow:
     """The flow ``name`` at ``version`` (the newest when None)."""
     load_flow_modules()

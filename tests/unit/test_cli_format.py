@@ -136,6 +136,8 @@ def test_every_verb_has_help(capsys: pytest.CaptureFixture[str]) -> None:
         "resume",
         *(f"actors {v}" for v in ("add", "list", "revoke", "roles")),
         "db upgrade",
+        "flows list",
+        "flows check",
         *("sweep", "reap", "stats", "metrics", "demo"),
     }
     for verb in verbs:

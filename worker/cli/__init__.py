@@ -14,6 +14,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from models.errors import InterludeError
 from worker.cli.actors import register as register_actors
 from worker.cli.exits import EPILOG, FAILURE, INTERRUPTED, RESUME_EXIT, CliError, status_of
+from worker.cli.flows import register as register_flows
 from worker.cli.interrupts import register as register_interrupts
 from worker.cli.ops import register as register_ops
 from worker.cli.output import Output, error
@@ -41,6 +42,7 @@ def build_parser() -> Parser:
         register_resume,
         register_actors,
         register_ops,
+        register_flows,
     ):
         register(sub, common)
     return parser
