@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test lint install clean
+.PHONY: demo test lint install clean bench
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -23,6 +23,12 @@ lint: $(BIN)/.installed
 
 test: lint
 	$(BIN)/python -m pytest
+
+# interlude against LangGraph and DBOS (W1, three-step, W4); needs PostgreSQL and Redis local
+# and RIVALS_PYTHON, a Python with langgraph langgraph-checkpoint-postgres dbos installed.
+bench: $(BIN)/.installed
+	@test -n "$(RIVALS_PYTHON)" || { echo "set RIVALS_PYTHON=/path/to/venv/bin/python"; exit 2; }
+	$(BIN)/python -m bench.compare --rivals-python $(RIVALS_PYTHON)
 
 clean:
 	rm -rf $(VENV) .interlude *.egg-info

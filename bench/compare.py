@@ -1,74 +1,180 @@
-"""interlude against its rivals on this machine, in one go: runs/s of a three-step run.
+"""interlude against LangGraph and DBOS on this machine, side by side, in one go.
 
-    .venv/bin/python -m bench.compare --rivals-python /path/to/venv/bin/python [--runs 200]
+    .venv/bin/python -m bench.compare --rivals-python /path/to/venv/bin/python
 
-The rivals' Python needs ``langgraph langgraph-checkpoint-postgres dbos`` (kept out of our
-dependencies). Every system writes to its own fresh PostgreSQL database on the same server and
-runs sequentially from one process (interlude: one worker with concurrency 1, through Redis).
-The systems take turns for ``--rounds`` rounds and the median of each is reported, so that
-the noise of a shared machine falls on all of them alike.
+Three workloads, each system in a fresh PostgreSQL database on the same server:
+
+- **W1**, the approval path (``bench.w1``): start N runs, each stops on one approval; resume
+  each; a final step makes one effect. interlude: one ``celery worker -c 1`` and a caller
+  process; LangGraph (``durability="sync"`` and ``"exit"``) and DBOS in one process each.
+- **three-step** runs, one after another (``bench.throughput``; a bare Celery chain, not
+  durable, as the floor).
+- **W4**, steps waiting on I/O (``bench.w4``): one ``-P threads -c 50`` worker, interlude only.
+
+The systems take turns for ``--rounds`` rounds and the median of each is reported, so that the
+noise of a shared machine falls on all of them alike: read the ratios, not the absolute numbers.
+Then one counting run per system (never timed) gives W1's transactions and statements per run,
+as the server counted and logged them. The rivals' Python needs
+``langgraph langgraph-checkpoint-postgres dbos`` (kept out of our dependencies).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import shlex
 import statistics
 import subprocess
-import uuid
+import sys
 from collections.abc import Callable
-from pathlib import Path
+from typing import Any
 
-from sqlalchemy import create_engine, text
+from bench import rivals
+from bench.processes import ROOT
+from bench.throughput import bench_bare, bench_interlude
+from bench.w1 import describe_costs
 
-from bench.throughput import PG_ADMIN, bench_bare, bench_interlude
+INTERLUDE = "interlude"
+LG_SYNC = 'LangGraph + PostgresSaver, durability="sync"'
+LG_EXIT = 'LangGraph + PostgresSaver, durability="exit"'
+DBOS = "DBOS"
+BARE = "bare Celery chain (not durable)"
+WORKLOADS = ("w1", "three", "w4")
 
-HERE = Path(__file__).resolve().parent
+
+def _ours(module: str, *args: str) -> dict[str, Any]:
+    """One of our benchmarks in a process of its own (the caller), its JSON result."""
+    done = subprocess.run(
+        [sys.executable, "-m", module, *args, "--json"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=rivals.TIMEOUT_SECONDS,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"{module} {' '.join(args)} failed:\n{done.stderr[-3000:]}")
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
 
 
-def _rival(python: str, script: str, runs: int) -> float:
-    name = f"rival_{uuid.uuid4().hex[:8]}"
-    admin = create_engine(PG_ADMIN, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(text(f'CREATE DATABASE "{name}"'))
-    try:
-        url = f"postgresql://postgres@127.0.0.1:5432/{name}"
-        out = subprocess.run(
-            [python, str(HERE / script), url, str(runs)],
-            check=True,
-            capture_output=True,
-            text=True,
-            timeout=600,
-        ).stdout
-        return float(out.strip().splitlines()[-1])
-    finally:
-        with admin.connect() as conn:
-            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        admin.dispose()
+def w1_systems(python: str, runs: int, *, count: bool = False) -> dict[str, Callable[[], Any]]:
+    flag = ["--count"] if count else []
+    return {
+        INTERLUDE: lambda: _ours("bench.w1", "--runs", str(runs), *flag),
+        LG_SYNC: lambda: rivals.run(
+            python, "rival_langgraph_w1.py", runs, "sync", setup=True, count=count
+        ),
+        LG_EXIT: lambda: rivals.run(
+            python, "rival_langgraph_w1.py", runs, "exit", setup=True, count=count
+        ),
+        DBOS: lambda: rivals.run(python, "rival_dbos_w1.py", runs, setup=True, count=count),
+    }
+
+
+def three_step_systems(python: str, runs: int) -> dict[str, Callable[[], Any]]:
+    return {
+        INTERLUDE: lambda: {"rate": bench_interlude(runs, "postgresql", 1)},
+        LG_SYNC: lambda: rivals.run(python, "rival_langgraph.py", runs, "sync"),
+        LG_EXIT: lambda: rivals.run(python, "rival_langgraph.py", runs, "exit"),
+        DBOS: lambda: rivals.run(python, "rival_dbos.py", runs),
+        BARE: lambda: {"rate": bench_bare(runs, 1)},
+    }
+
+
+def take_turns(
+    systems: dict[str, Callable[[], Any]], rounds: int, key: str
+) -> dict[str, list[float]]:
+    """Each round runs every system once, starting one further along, so none is always first."""
+    names = list(systems)
+    found: dict[str, list[float]] = {name: [] for name in names}
+    for r in range(rounds):
+        for name in names[r % len(names) :] + names[: r % len(names)]:
+            value = float(systems[name]()[key])
+            found[name].append(value)
+            print(f"  round {r + 1}: {name}: {value:.1f}", file=sys.stderr, flush=True)
+    return found
+
+
+def rate_table(title: str, unit: str, rates: dict[str, list[float]], extra: Any = None) -> str:
+    """A Markdown table: median, the rounds, and interlude's median over each system's."""
+    medians = {name: statistics.median(values) for name, values in rates.items()}
+    base = medians[INTERLUDE]
+    head = f"| {title} | {unit} (median) | rounds | interlude ÷ this |"
+    if extra:
+        head += " transactions / run | statements / run |"
+    lines = [head, _rule(head)]
+    for name, rate in medians.items():
+        spread = ", ".join(f"{v:.1f}" for v in rates[name])
+        row = f"| {name} | {rate:.1f} | {spread} | {base / rate:.2f} |"
+        if extra:
+            costs = extra.get(name)
+            row += (
+                f" {costs['transactions']:.1f} | {costs['statements']:.1f} |"
+                if costs
+                else " n/a | n/a |"
+            )
+        lines.append(row)
+    return "\n".join(lines)
+
+
+def _rule(head: str) -> str:
+    return "|" + " --- |" * (head.count("|") - 1)
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--rivals-python", required=True)
-    parser.add_argument("--runs", type=int, default=200)
+    parser.add_argument("--runs", type=int, default=200, help="runs of W1 and three-step")
+    parser.add_argument("--w4-runs", type=int, default=400)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--workloads", default=",".join(WORKLOADS), help="w1,three,w4")
+    parser.add_argument("--no-count", action="store_true", help="skip W1's counting runs")
     args = parser.parse_args()
     python, runs = args.rivals_python, args.runs
-    systems: dict[str, Callable[[], float]] = {
-        "bare Celery chain (not durable)": lambda: bench_bare(runs, 1),
-        "interlude (PostgreSQL, via Redis)": lambda: bench_interlude(runs, "postgresql", 1),
-        "LangGraph + PostgresSaver": lambda: _rival(python, "rival_langgraph.py", runs),
-        "DBOS": lambda: _rival(python, "rival_dbos.py", runs),
-    }
-    rates: dict[str, list[float]] = {name: [] for name in systems}
-    for _ in range(args.rounds):
-        for name, measure in systems.items():
-            rates[name].append(measure())
-    medians = {name: statistics.median(values) for name, values in rates.items()}
-    base = medians["interlude (PostgreSQL, via Redis)"]
-    print(f"{runs} three-step runs, median of {args.rounds} rounds")
-    for name, rate in medians.items():
-        spread = ", ".join(f"{r:.0f}" for r in rates[name])
-        print(f"{name:36s} {rate:7.1f} runs/s ({spread})   interlude / this = {base / rate:5.2f}")
+    workloads = [w for w in args.workloads.split(",") if w]
+    for w in workloads:
+        if w not in WORKLOADS:
+            parser.error(f"unknown workload {w!r}; one of {', '.join(WORKLOADS)}")
+    command = "python -m bench.compare " + shlex.join(sys.argv[1:])
+    load = os.getloadavg()[0]
+    out = [f"`{command}` ({os.cpu_count()} cores, load average {load:.1f} at the start)", ""]
+
+    if "w1" in workloads:
+        print("W1 …", file=sys.stderr, flush=True)
+        rates = take_turns(w1_systems(python, runs), args.rounds, "rate")
+        costs: dict[str, Any] = {}
+        if not args.no_count:
+            print("W1 counting runs …", file=sys.stderr, flush=True)
+            for name, measure in w1_systems(python, runs, count=True).items():
+                costs[name] = measure()["counts"]
+        out += [
+            rate_table(f"W1, {runs} runs: approval, resume, effect", "runs/s", rates, costs),
+            "",
+        ]
+        if INTERLUDE in costs:
+            detail = describe_costs(costs[INTERLUDE])
+            out += ["interlude's W1 counting run, per run:", "```", detail, "```", ""]
+    if "three" in workloads:
+        print("three-step …", file=sys.stderr, flush=True)
+        rates = take_turns(three_step_systems(python, runs), args.rounds, "rate")
+        out += [rate_table(f"{runs} three-step runs, one after another", "runs/s", rates), ""]
+    if "w4" in workloads:
+        print("W4 …", file=sys.stderr, flush=True)
+        results = [_ours("bench.w4", "--runs", str(args.w4_runs)) for _ in range(args.rounds)]
+        steps = statistics.median(r["steps_per_s"] for r in results)
+        ideal = results[0]["ideal"]
+        spread = ", ".join(f"{r['steps_per_s']:.1f}" for r in results)
+        out += [
+            f"| W4, {args.w4_runs} runs of two 200 ms steps, `-P threads -c 50` "
+            "| steps/s (median) | rounds | ideal | efficiency |",
+            "| --- | --- | --- | --- | --- |",
+            f"| interlude | {steps:.1f} | {spread} | {ideal:.0f} | {steps / ideal:.2f} |",
+            "",
+        ]
+    print("\n".join(out))
 
 
 if __name__ == "__main__":

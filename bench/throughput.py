@@ -1,6 +1,6 @@
 """Runs per second of a three-step flow: interlude (durable) against a bare Celery chain.
 
-Both run on one worker (``--pool solo`` for concurrency 1, else prefork) against the same
+Both run on one prefork worker (``-c N``, one child for ``-c 1``) against the same
 Redis, in one go, so the machine's noise hits both alike; read the ratio, not the absolute
 numbers. interlude commits every step durably, so on a disk where a PostgreSQL commit costs
 a few milliseconds it is commit-bound; concurrency lets PostgreSQL group those commits.
@@ -13,53 +13,23 @@ from __future__ import annotations
 import argparse
 import os
 import subprocess
-import sys
 import tempfile
 import time
 import uuid
-from pathlib import Path
 
 import redis
 from sqlalchemy import create_engine, text
 
-ROOT = Path(__file__).resolve().parent.parent
-BROKER_URL = "redis://127.0.0.1:6379/14"
-COUNTER_URL = "redis://127.0.0.1:6379/13"
+from bench.processes import BROKER_URL, COUNTER_URL, start_worker, stop_worker
+
 PG_ADMIN = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
 
 
 def _worker(
     app: str, env: dict[str, str], queues: str, concurrency: int
 ) -> subprocess.Popen[bytes]:
-    log = Path(tempfile.mkdtemp(prefix="bench-")) / "worker.log"
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "celery",
-            "-A",
-            app,
-            "worker",
-            *(["--pool", "solo"] if concurrency == 1 else ["-c", str(concurrency)]),
-            "-l",
-            "info",
-            "--without-gossip",
-            "--without-mingle",
-            "--without-heartbeat",
-            "-Q",
-            queues,
-        ],
-        cwd=ROOT,
-        env=env,
-        stdout=log.open("wb"),
-        stderr=subprocess.STDOUT,
-    )
-    deadline = time.monotonic() + 30
-    while b"ready." not in log.read_bytes():
-        if time.monotonic() > deadline or proc.poll() is not None:
-            raise RuntimeError(log.read_text())
-        time.sleep(0.1)
-    return proc
+    # Prefork even for one: ``-c 1`` is how a user runs one worker process.
+    return start_worker(app, env, queues, ["-c", str(concurrency)])
 
 
 def bench_bare(runs: int, concurrency: int) -> float:
@@ -80,8 +50,7 @@ def bench_bare(runs: int, concurrency: int) -> float:
             time.sleep(0.01)
         return runs / (time.perf_counter() - start)
     finally:
-        proc.terminate()
-        proc.wait(10)
+        stop_worker(proc)
 
 
 def bench_interlude(runs: int, database: str, concurrency: int) -> float:
@@ -131,8 +100,7 @@ def bench_interlude(runs: int, database: str, concurrency: int) -> float:
             time.sleep(0.02)
         return runs / (time.perf_counter() - start)
     finally:
-        proc.terminate()
-        proc.wait(10)
+        stop_worker(proc)
         from models.db import dispose_engines
 
         dispose_engines()

@@ -1,0 +1,224 @@
+"""W1, the approval path: runs/s of interlude, and what one run costs the database.
+
+    .venv/bin/python -m bench.w1 --runs 200 [--count] [--json]
+
+PostgreSQL and Redis local, one ``celery -A worker worker -c 1`` (prefork, one child), and this
+process as the caller: it enqueues N runs of ``bench_w1`` (one approval interrupt, then a step
+with one ``ctx.effect``), waits until all N wait, resumes each through ``submit_resume`` as a
+real actor with a credential (the contract built from the interrupt's view), and waits until
+all N succeeded. The rate is N over the whole of it, first enqueue to last finish.
+
+``--count`` does a separate counting run instead (slower, never timed): the worker is
+``celery -A bench.counting_app worker -c 1`` and this process counts its own statements too;
+the server logs every statement of the run's database and counts its transactions. Printed per
+run: transactions (``pg_stat_database``), statements (the server's log, and SQLAlchemy's events
+in each process), and both split by process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import tempfile
+import time
+import uuid
+from datetime import timedelta
+from typing import Any
+
+import psycopg
+import redis
+
+from bench import pg
+from bench.processes import (
+    BROKER_URL,
+    INTERLUDE_QUEUES,
+    bench_env,
+    start_worker,
+    stop_worker,
+)
+
+ACTOR = "bench-approver"
+POLL_SECONDS = 0.02
+TIMEOUT_SECONDS = 600
+
+
+class Poller:
+    """Counts runs by state over its own connection, and keeps count of its own queries."""
+
+    def __init__(self, name: str) -> None:
+        self.conn = psycopg.connect(pg.dsn(name), autocommit=True)
+        self.queries = 0
+        self.backend_pid = int(self.conn.info.backend_pid)
+
+    def states(self) -> dict[str, int]:
+        self.queries += 1  # one statement, one transaction (autocommit)
+        rows = self.conn.execute("SELECT state, count(*) FROM runs GROUP BY state").fetchall()
+        return {str(state): int(n) for state, n in rows}
+
+    def wait_for(self, state: str, runs: int) -> None:
+        deadline = time.monotonic() + TIMEOUT_SECONDS
+        while True:
+            found = self.states()
+            if found.get(state, 0) >= runs:
+                return
+            bad = {s: n for s, n in found.items() if s in {"failed", "cancelled", "expired"}}
+            if bad or time.monotonic() > deadline:
+                raise RuntimeError(f"W1 waiting for {runs} {state}: runs by state {found}")
+            time.sleep(POLL_SECONDS)
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+def _contract(interrupt: Any) -> dict[str, Any]:
+    from models.db import utcnow
+
+    return {
+        "schema_version": "resume.v1",
+        "run_id": interrupt.run_id,
+        "checkpoint_id": interrupt.checkpoint_id,
+        "interrupt_id": interrupt.id,
+        "actor": {"type": "human", "id": ACTOR},
+        "decision": "approved",
+        "input": {"note": "ok"},
+        "scope": interrupt.scope,
+        "evidence_hash": interrupt.evidence_hash,
+        "idempotency_key": uuid.uuid4().hex,
+        "expires_at": (utcnow() + timedelta(minutes=30)).isoformat(),
+    }
+
+
+def _workload(runs: int, credential: str, poller: Poller) -> float:
+    """The measured W1: start N, wait for N waiting, resume N, wait for N succeeded."""
+    from worker import enqueue_run, list_interrupts, submit_resume
+
+    start = time.perf_counter()
+    for i in range(runs):
+        enqueue_run("bench_w1", {"n": i})
+    poller.wait_for("waiting", runs)
+    for interrupt in list_interrupts(status="pending", kind="approval", limit=runs):
+        result = submit_resume(_contract(interrupt), credential)
+        if not result.accepted:
+            raise RuntimeError(f"resume refused: {result.outcome.value} ({result.reason})")
+    poller.wait_for("succeeded", runs)
+    return time.perf_counter() - start
+
+
+def _configure(url: str, counts_dir: str | None) -> None:
+    """This process is the caller: point interlude at the run's database before first use."""
+    env = bench_env(url, **({"BENCH_COUNTS_DIR": counts_dir} if counts_dir else {}))
+    os.environ.update(env)
+    from models.db import dispose_engines
+    from models.settings import reset_settings
+
+    reset_settings()
+    dispose_engines()
+
+
+def run(runs: int, *, count: bool = False) -> dict[str, Any]:
+    """One W1 measurement in a database of its own; with ``count``, the counting run."""
+    redis.Redis.from_url(BROKER_URL).flushdb()
+    counts_dir = tempfile.mkdtemp(prefix="bench-counts-") if count else None
+    with pg.scratch_database("interlude_w1") as name:
+        url = pg.sqlalchemy_url(name)
+        _configure(url, counts_dir)
+        from models.db import dispose_engines
+        from models.migrate import upgrade
+        from worker import add_actor
+
+        upgrade(url)
+        credential = add_actor(ACTOR, ["bench-approver"])
+        dispose_engines()
+        if count:
+            pg.log_statements(name)
+            pg.quiesce(name)
+        before = pg.transactions(name) if count else 0
+        offset = pg.log_offset() if count else 0
+        env = bench_env(url, **({"BENCH_COUNTS_DIR": counts_dir} if counts_dir else {}))
+        app = "bench.counting_app" if count else "worker"
+        worker = start_worker(app, env, INTERLUDE_QUEUES, ["-c", "1"])
+        poller = Poller(name)
+        try:
+            if count:
+                from bench import counting
+
+                counting.install("caller")
+            seconds = _workload(runs, credential, poller)
+        finally:
+            stop_worker(worker)
+            poller.close()
+            dispose_engines()
+        result: dict[str, Any] = {"runs": runs, "seconds": seconds, "rate": runs / seconds}
+        if count:
+            from bench import counting
+
+            counting.dump()
+            pg.quiesce(name)
+            xacts = pg.transactions(name) - before - poller.queries
+            logged = pg.logged_statements(name, offset)
+            logged.sequences.pop(poller.backend_pid, None)  # the bench's own polling
+            processes = counting.load_all(counts_dir or "")
+            roles: dict[str, set[int]] = {}
+            for p in processes:
+                roles.setdefault(p["role"], set()).update(p["backend_pids"])
+            result["counts"] = pg.costs(runs, xacts, logged, roles)
+            result["counts"]["sqlalchemy"] = {
+                p["role"]: {
+                    "transactions": (p["commits"] + p["rollbacks"]) / runs,
+                    "statements": p["statements"] / runs,
+                    "pings": p["pings"] / runs,
+                }
+                for p in processes
+            }
+    return result
+
+
+def report(result: dict[str, Any]) -> str:
+    lines = [
+        f"W1: {result['runs']} runs in {result['seconds']:.2f} s = {result['rate']:.1f} runs/s"
+    ]
+    if "counts" in result:
+        lines.append(describe_costs(result["counts"]))
+    return "\n".join(lines)
+
+
+def describe_costs(counts: dict[str, Any]) -> str:
+    """The counting run's figures per run, as text (also used for the rivals)."""
+    lines = [
+        f"per run: {counts['transactions']:.2f} transactions (pg_stat_database), "
+        f"{counts['statements']:.2f} statements (server log; besides them "
+        f"{counts['pings']:.2f} pool pre-pings and BEGIN/COMMIT: "
+        f"{counts['round_trips']:.2f} round trips)",
+        "  by process (server log; SQLAlchemy's own count where installed):",
+    ]
+    orm = counts.get("sqlalchemy", {})
+    for role, p in counts["processes"].items():
+        line = (
+            f"    {role:14s} {p['transactions']:5.2f} transactions, {p['statements']:5.2f} "
+            f"statements, {p['pings']:5.2f} pings"
+        )
+        if role in orm:
+            o = orm[role]
+            line += (
+                f"   (SQLAlchemy: {o['transactions']:.2f} commits, {o['statements']:.2f} "
+                f"statements, {o['pings']:.2f} pings)"
+            )
+        lines.append(line)
+    lines.append("  statements by kind (server log, per run):")
+    lines.extend(f"    {n:6.2f}  {kind}" for kind, n in counts["by_kind"].items())
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--runs", type=int, default=200)
+    parser.add_argument("--count", action="store_true", help="the counting run (not timed)")
+    parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    args = parser.parse_args()
+    result = run(args.runs, count=args.count)
+    print(json.dumps(result) if args.json else report(result))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,104 @@
+"""W4, steps that wait on I/O: steps/s of one threads-pool worker, and its efficiency.
+
+    .venv/bin/python -m bench.w4 [--runs 400] [--concurrency 50] [--json]
+
+One ``celery -A worker worker -P threads -c 50``; ``--runs`` runs of ``bench_w4`` (two steps,
+each sleeping 200 ms, as a step waiting on a model or an API does) are enqueued before the
+worker starts, so that the caller's speed does not enter the measure. The clock starts when the
+first step starts (marked from inside the step) and stops when the bench sees the last run
+succeeded. Efficiency = steps/s ÷ (concurrency / 0.2 s): 1.0 means every slot always busy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from typing import Any
+
+import redis
+
+from bench import pg
+from bench.processes import (
+    BROKER_URL,
+    COUNTER_URL,
+    INTERLUDE_QUEUES,
+    bench_env,
+    start_worker,
+    stop_worker,
+)
+from bench.w1 import Poller
+
+STEPS_PER_RUN = 2
+
+
+def run(runs: int, concurrency: int) -> dict[str, Any]:
+    redis.Redis.from_url(BROKER_URL).flushdb()
+    with pg.scratch_database("interlude_w4") as name:
+        url = pg.sqlalchemy_url(name)
+        env = bench_env(url, BENCH_COUNTER_URL=COUNTER_URL)
+        os.environ.update(env)
+        # Imported only now: importing the flows imports interlude, whose Celery app reads
+        # its settings once, and they must name this run's database and broker.
+        from bench.flows import W4_SLEEP_SECONDS, W4_STARTED
+        from models.db import dispose_engines
+        from models.migrate import upgrade
+        from models.settings import reset_settings
+
+        reset_settings()
+        dispose_engines()
+        upgrade(url)
+        marks = redis.Redis.from_url(COUNTER_URL)
+        marks.delete(W4_STARTED)
+        from worker import enqueue_run
+
+        for i in range(runs):
+            enqueue_run("bench_w4", {"n": i})
+        dispose_engines()
+        poller = Poller(name)
+        worker = start_worker(
+            "worker", env, INTERLUDE_QUEUES, ["-P", "threads", "-c", str(concurrency)]
+        )
+        try:
+            poller.wait_for("succeeded", runs)
+            end = time.time()
+        finally:
+            stop_worker(worker)
+            poller.close()
+        started = marks.get(W4_STARTED)
+        assert started is not None, "no W4 step started"
+        seconds = end - float(started)
+    steps = runs * STEPS_PER_RUN
+    rate = steps / seconds
+    ideal = concurrency / W4_SLEEP_SECONDS
+    return {
+        "runs": runs,
+        "concurrency": concurrency,
+        "seconds": seconds,
+        "steps_per_s": rate,
+        "ideal": ideal,
+        "efficiency": rate / ideal,
+    }
+
+
+def report(result: dict[str, Any]) -> str:
+    return (
+        f"W4: {result['runs']} two-step runs, -P threads -c {result['concurrency']}: "
+        f"{result['steps_per_s']:.1f} steps/s of the ideal {result['ideal']:.0f} "
+        f"(efficiency {result['efficiency']:.2f}) in {result['seconds']:.2f} s"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--runs", type=int, default=400)
+    parser.add_argument("--concurrency", type=int, default=50)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    result = run(args.runs, args.concurrency)
+    print(json.dumps(result) if args.json else report(result))
+
+
+if __name__ == "__main__":
+    main()
