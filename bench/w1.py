@@ -89,20 +89,28 @@ def _contract(interrupt: Any) -> dict[str, Any]:
     }
 
 
-def _workload(runs: int, credential: str, poller: Poller) -> float:
-    """The measured W1: start N, wait for N waiting, resume N, wait for N succeeded."""
+def _workload(runs: int, credential: str, poller: Poller) -> dict[str, float]:
+    """The measured W1: start N, wait for N waiting, resume N, wait for N succeeded.
+
+    Returns the seconds from the start at which each phase ended (the last one is the total).
+    """
     from worker import enqueue_run, list_interrupts, submit_resume
 
     start = time.perf_counter()
+    phases: dict[str, float] = {}
     for i in range(runs):
         enqueue_run("bench_w1", {"n": i})
+    phases["enqueued"] = time.perf_counter() - start
     poller.wait_for("waiting", runs)
+    phases["waiting"] = time.perf_counter() - start
     for interrupt in list_interrupts(status="pending", kind="approval", limit=runs):
         result = submit_resume(_contract(interrupt), credential)
         if not result.accepted:
             raise RuntimeError(f"resume refused: {result.outcome.value} ({result.reason})")
+    phases["resumed"] = time.perf_counter() - start
     poller.wait_for("succeeded", runs)
-    return time.perf_counter() - start
+    phases["succeeded"] = time.perf_counter() - start
+    return phases
 
 
 def _configure(url: str, counts_dir: str | None) -> None:
@@ -144,12 +152,18 @@ def run(runs: int, *, count: bool = False) -> dict[str, Any]:
                 from bench import counting
 
                 counting.install("caller")
-            seconds = _workload(runs, credential, poller)
+            phases = _workload(runs, credential, poller)
         finally:
             stop_worker(worker)
             poller.close()
             dispose_engines()
-        result: dict[str, Any] = {"runs": runs, "seconds": seconds, "rate": runs / seconds}
+        seconds = phases["succeeded"]
+        result: dict[str, Any] = {
+            "runs": runs,
+            "seconds": seconds,
+            "rate": runs / seconds,
+            "phases": phases,
+        }
         if count:
             from bench import counting
 
@@ -176,7 +190,9 @@ def run(runs: int, *, count: bool = False) -> dict[str, Any]:
 
 def report(result: dict[str, Any]) -> str:
     lines = [
-        f"W1: {result['runs']} runs in {result['seconds']:.2f} s = {result['rate']:.1f} runs/s"
+        f"W1: {result['runs']} runs in {result['seconds']:.2f} s = {result['rate']:.1f} runs/s",
+        "  phases ended at: "
+        + ", ".join(f"{name} {at:.2f} s" for name, at in result["phases"].items()),
     ]
     if "counts" in result:
         lines.append(describe_costs(result["counts"]))
