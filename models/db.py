@@ -18,6 +18,8 @@ from models.settings import get_settings
 DEFAULT_POOL_SIZE = 5
 
 _lock = threading.Lock()
+# Set by a worker whose pool runs many steps at once in one process (threads).
+_pool_size_for_workers: int | None = None
 _engines: dict[str, Engine] = {}
 _sessions: dict[str, sessionmaker[Session]] = {}
 _dialects: dict[str, Dialect] = {}
@@ -31,20 +33,39 @@ def make_engine(url: str, pool_size: int = DEFAULT_POOL_SIZE) -> Engine:
     return dialect_for(url).create(make_url(url), pool_size)
 
 
+def pool_size() -> int:
+    return get_settings().db_pool_size or _pool_size_for_workers or DEFAULT_POOL_SIZE
+
+
+def size_pool_for(concurrent_steps: int) -> None:
+    """Keep a connection for each step this process may run at once (and the lease keeper).
+
+    A threads-pool worker calls it at start: with fewer connections than threads, steps would
+    queue for a connection instead of running side by side.
+    """
+    global _pool_size_for_workers
+    _pool_size_for_workers = concurrent_steps + 2
+    dispose_engines()
+
+
 def get_engine(url: str | None = None) -> Engine:
     url = url or get_settings().database_url
+    engine = _engines.get(url)  # the common case takes no lock
+    if engine is not None:
+        return engine
     with _lock:
         engine = _engines.get(url)
         if engine is None:
             _dialects[url] = dialect_for(url)
-            engine = _engines[url] = _dialects[url].create(make_url(url), DEFAULT_POOL_SIZE)
+            engine = _engines[url] = _dialects[url].create(make_url(url), pool_size())
             _sessions[url] = sessionmaker(engine, expire_on_commit=False)
         return engine
 
 
 def _session_factory() -> tuple[sessionmaker[Session], Dialect]:
     url = get_settings().database_url
-    get_engine(url)
+    if url not in _sessions:
+        get_engine(url)
     return _sessions[url], _dialects[url]
 
 

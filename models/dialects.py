@@ -7,12 +7,16 @@ strategy leaves queries as they are and prepares each connection for that.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-from sqlalchemy import Engine, create_engine, event
-from sqlalchemy.engine import URL, make_url
-from sqlalchemy.sql import Select
+from sqlalchemy import Engine, Result, Table, create_engine, event
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import URL, CursorResult, make_url
+from sqlalchemy.orm import Session
+from sqlalchemy.sql import Insert, Select, Update
+from sqlalchemy.sql.dml import UpdateBase
 
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 S = TypeVar("S", bound=Select[*tuple[Any, ...]])
@@ -27,13 +31,12 @@ class Dialect:
         if url.drivername in ("postgresql", "postgres"):
             # psycopg 3 is the driver we ship; plain postgresql:// would ask for psycopg2.
             url = url.set(drivername="postgresql+psycopg")
-        return create_engine(
-            url, pool_pre_ping=True, pool_size=pool_size, max_overflow=max(10, pool_size)
-        )
+        return create_engine(url, pool_pre_ping=True, pool_size=pool_size, max_overflow=10)
 
-    def lock(self, query: S) -> S:
-        """Rows this transaction is about to change: contenders queue behind it."""
-        return query.with_for_update()
+    def lock(self, query: S, *, of: Any = None) -> S:
+        """Rows (of ``of``, if given) this transaction is about to change: contenders queue
+        behind it."""
+        return query.with_for_update(of=of)
 
     def lock_or_skip(self, query: S) -> S:
         """Rows to work on unless another process holds them (sweeps, reapers): never wait."""
@@ -42,6 +45,23 @@ class Dialect:
     def lock_shared(self, query: S) -> S:
         """Rows read to decide, that must not change before commit."""
         return query.with_for_update(read=True)
+
+    def insert_unless_present(self, table: Table, *key: str) -> Insert:
+        """An INSERT that writes nothing (no error) when ``key`` is already taken."""
+        return postgresql.insert(table).on_conflict_do_nothing(index_elements=list(key))
+
+    def execute_with(
+        self, session: Session, statement: UpdateBase, writes: Sequence[Insert | Update]
+    ) -> Result[Any]:
+        """``statement`` together with ``writes`` (inserts and updates of other tables).
+
+        One round trip: the writes ride along as data-modifying CTEs. They see the snapshot
+        of ``statement``, not its effects, and all of it rolls back with the transaction if
+        the caller finds that ``statement`` changed nothing (a lost compare-and-set).
+        """
+        if writes:
+            statement = statement.add_cte(*(w.cte(f"w{i}") for i, w in enumerate(writes)))
+        return session.execute(statement)
 
 
 class SQLiteDialect(Dialect):
@@ -55,7 +75,7 @@ class SQLiteDialect(Dialect):
         return engine
 
     # Every write transaction already holds the database's single write lock from BEGIN.
-    def lock(self, query: S) -> S:
+    def lock(self, query: S, *, of: Any = None) -> S:
         return query
 
     def lock_or_skip(self, query: S) -> S:
@@ -63,6 +83,27 @@ class SQLiteDialect(Dialect):
 
     def lock_shared(self, query: S) -> S:
         return query
+
+    def insert_unless_present(self, table: Table, *key: str) -> Insert:
+        return sqlite.insert(table).on_conflict_do_nothing(index_elements=list(key))
+
+    # SQLite has no data-modifying CTEs; it is in-process, so a round trip costs little.
+    def execute_with(
+        self, session: Session, statement: UpdateBase, writes: Sequence[Insert | Update]
+    ) -> Result[Any]:
+        # The statement first (the writes may refer to the row it inserts), and the writes
+        # only if it changed something.
+        result = session.execute(statement)
+        if isinstance(result, CursorResult) and result.returns_rows:
+            kept = result.freeze()
+            if kept.data:
+                for write in writes:
+                    session.execute(write)
+            return kept()
+        if result.rowcount:  # type: ignore[attr-defined]
+            for write in writes:
+                session.execute(write)
+        return result
 
 
 def _serialise_writers(engine: Engine) -> None:

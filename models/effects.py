@@ -6,15 +6,18 @@ so a worker that lost its run cannot record an intent or an outcome.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Table, insert, select, update
+from sqlalchemy import Table, Update, literal, select, update
+from sqlalchemy import exists as sql_exists
 from sqlalchemy.orm import Session
 
-from models.db import utcnow
-from models.enums import EffectStatus
-from models.runs import assert_owner
+from models.db import dialect, utcnow
+from models.enums import EffectStatus, RunState
+from models.errors import FencedError
+from models.runs import RUNS, assert_owner
 from models.tables import Effect
 
 EFFECTS: Table = Effect.__table__  # type: ignore[assignment]
@@ -38,6 +41,15 @@ def load_ledger(session: Session, run_id: str) -> dict[str, LedgerEntry]:
     return {r[0]: LedgerEntry(*r) for r in rows}
 
 
+def _owned(session: Session, run_id: str, epoch: int) -> Any:
+    """``EXISTS``: the run still runs under ``epoch``; the row is held until commit, so a
+    reclaim cannot slip in between this write and its commit."""
+    fence = select(RUNS.c.id).where(
+        RUNS.c.id == run_id, RUNS.c.lease_epoch == epoch, RUNS.c.state == RunState.RUNNING
+    )
+    return sql_exists(dialect(session).lock_shared(fence))
+
+
 def record_intent(
     session: Session,
     *,
@@ -48,14 +60,22 @@ def record_intent(
     key: str,
     request_hash: str,
     exists: bool,
-) -> None:
-    """``intent`` for ``key``, fenced on ``epoch``; another run's key raises IntegrityError."""
-    assert_owner(session, run_id, epoch)
+) -> bool:
+    """``intent`` for ``key``, fenced on ``epoch``, in one statement.
+
+    A new key is inserted unless taken: False then (taken by this run, by another run, or the
+    fence failed; ``key_owner`` tells which). A known key of this run is set back to
+    ``intent``; a stale owner gets FencedError.
+    """
     now = utcnow()
     if exists:
-        session.execute(
+        result = session.execute(
             update(EFFECTS)
-            .where(EFFECTS.c.idempotency_key == key, EFFECTS.c.run_id == run_id)
+            .where(
+                EFFECTS.c.idempotency_key == key,
+                EFFECTS.c.run_id == run_id,
+                _owned(session, run_id, epoch),
+            )
             .values(
                 status=EffectStatus.INTENT.value,
                 epoch=epoch,
@@ -64,36 +84,68 @@ def record_intent(
                 updated_at=now,
             )
         )
-        return
-    session.execute(
-        insert(EFFECTS).values(
-            run_id=run_id,
-            step=step,
-            name=name,
-            idempotency_key=key,
+        if result.rowcount != 1:  # type: ignore[attr-defined]
+            raise FencedError(run_id=run_id, epoch=epoch)
+        return True
+    values: dict[str, Any] = {
+        "run_id": run_id,
+        "step": step,
+        "name": name,
+        "idempotency_key": key,
+        "epoch": epoch,
+        "request_hash": request_hash,
+        "status": EffectStatus.INTENT.value,
+        "created_at": now,
+        "updated_at": now,
+    }
+    row = select(*(literal(v, type_=EFFECTS.c[k].type) for k, v in values.items()))
+    inserted = session.execute(
+        dialect(session)
+        .insert_unless_present(EFFECTS, "idempotency_key")
+        .from_select(list(values), row.where(_owned(session, run_id, epoch)))
+        .returning(EFFECTS.c.id)
+    ).first()
+    return inserted is not None
+
+
+def key_owner(session: Session, key: str) -> str | None:
+    """The run that holds effect key ``key``, if any."""
+    found = session.execute(select(Effect.run_id).where(Effect.idempotency_key == key)).first()
+    return None if found is None else str(found.run_id)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What became of one effect: applied (with its receipt) or failed (with the error)."""
+
+    key: str
+    status: EffectStatus
+    receipt: Any = None
+    error: str | None = None
+
+
+def record_outcomes(
+    session: Session, *, run_id: str, epoch: int, outcomes: Sequence[Outcome]
+) -> None:
+    """Outcomes of this run's effects, fenced: a stale owner gets FencedError, writes nothing."""
+    assert_owner(session, run_id, epoch)
+    for write in outcome_writes(run_id=run_id, epoch=epoch, outcomes=outcomes):
+        session.execute(write)
+
+
+def outcome_writes(*, run_id: str, epoch: int, outcomes: Sequence[Outcome]) -> list[Update]:
+    """The UPDATEs recording ``outcomes``, to go with a step's commit: its run update, fenced
+    on ``epoch``, is what keeps a stale owner from writing them."""
+    now = utcnow()
+    return [
+        update(EFFECTS)
+        .where(EFFECTS.c.idempotency_key == outcome.key, EFFECTS.c.run_id == run_id)
+        .values(
+            status=outcome.status.value,
+            receipt=outcome.receipt,
+            error=outcome.error,
             epoch=epoch,
-            request_hash=request_hash,
-            status=EffectStatus.INTENT.value,
-            created_at=now,
             updated_at=now,
         )
-    )
-
-
-def record_outcome(
-    session: Session,
-    *,
-    run_id: str,
-    epoch: int,
-    key: str,
-    status: EffectStatus,
-    receipt: Any = None,
-    error: str | None = None,
-) -> None:
-    """What became of the effect ``key``, fenced: a stale owner gets FencedError, writes nothing."""
-    assert_owner(session, run_id, epoch)
-    session.execute(
-        update(EFFECTS)
-        .where(EFFECTS.c.idempotency_key == key, EFFECTS.c.run_id == run_id)
-        .values(status=status.value, receipt=receipt, error=error, epoch=epoch, updated_at=utcnow())
-    )
+        for outcome in outcomes
+    ]

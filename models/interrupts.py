@@ -11,14 +11,14 @@ from collections.abc import Collection
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Table, insert, select, update
+from sqlalchemy import Insert, Table, insert, select, update
 from sqlalchemy.orm import Session
 from sqlalchemy.orm.attributes import set_committed_value
 
 from models.contracts import InterruptDecl
 from models.db import dialect, utcnow
 from models.enums import EventKind, InterruptStatus
-from models.runs import new_id, record_event
+from models.runs import new_id
 from models.tables import Interrupt, ResumeAttempt, Run
 from statemachine import interrupt_destination, interrupt_sources
 
@@ -41,16 +41,11 @@ NOT_INHERITED = frozenset(
 )
 
 
-def insert_interrupt(
-    session: Session,
-    run: Run,
-    decl: InterruptDecl,
-    *,
-    step: str,
-    checkpoint_id: str,
-    actor: str,
-) -> Interrupt:
-    """The durable interrupt for a run that has just moved to ``waiting``."""
+def new_interrupt(
+    run: Run, decl: InterruptDecl, *, step: str, checkpoint_id: str, state_version: int
+) -> tuple[Interrupt, Insert]:
+    """The durable interrupt of a run moving to ``waiting`` (at ``state_version``), and the
+    INSERT that writes it with the run's ``suspend`` (see ``interrupt_event``)."""
     now = utcnow()
     interrupt = Interrupt(
         **decl.model_dump(exclude={"expires_in"}),
@@ -59,22 +54,18 @@ def insert_interrupt(
         status=PENDING,
         step=step,
         checkpoint_id=checkpoint_id,
-        state_version=run.state_version,
+        state_version=state_version,
         flow_version=run.flow_version,
         deadline=now + timedelta(seconds=decl.expires_in),
         escalation_level=0,
         created_at=now,
     )
-    session.add(interrupt)
-    record_event(
-        session,
-        run.id,
-        actor=actor,
-        kind=EventKind.INTERRUPT,
-        detail={"interrupt_id": interrupt.id, "name": decl.name, "kind": decl.kind},
-        at=now,
-    )
-    return interrupt
+    row = {column.key: getattr(interrupt, column.key) for column in INTERRUPTS.columns}
+    return interrupt, insert(INTERRUPTS).values(row)
+
+
+def interrupt_event(interrupt_id: str, decl: InterruptDecl) -> tuple[EventKind, Any]:
+    return EventKind.INTERRUPT, {"interrupt_id": interrupt_id, "name": decl.name, "kind": decl.kind}
 
 
 def transition(session: Session, interrupt: Interrupt, trigger: str, **values: Any) -> bool:
@@ -129,6 +120,17 @@ def lock(session: Session, interrupt_id: str) -> Interrupt | None:
     """The interrupt, locked until commit: concurrent resumes of it queue here."""
     query = select(Interrupt).where(Interrupt.id == interrupt_id)
     return session.execute(dialect(session).lock(query)).scalar_one_or_none()
+
+
+def lock_with_run(session: Session, interrupt_id: str) -> tuple[Interrupt, Run] | None:
+    """The interrupt, locked until commit, and its run, in one query."""
+    query = (
+        select(Interrupt, Run)
+        .join(Run, Run.id == Interrupt.run_id)
+        .where(Interrupt.id == interrupt_id)
+    )
+    found = session.execute(dialect(session).lock(query, of=Interrupt)).first()
+    return None if found is None else (found[0], found[1])
 
 
 def get(session: Session, interrupt_id: str) -> Interrupt | None:

@@ -10,28 +10,32 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Collection, Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta
+from itertools import pairwise
 from typing import Any, NoReturn
 
-from sqlalchemy import Table, insert, or_, select, update
+from sqlalchemy import Insert, Table, Update, exists, insert, or_, select, update
 from sqlalchemy.orm import Session
 from sqlalchemy.orm.attributes import set_committed_value
 
 from models.db import dialect, utcnow
-from models.enums import EventKind, RunState
+from models.enums import EffectStatus, EventKind, InterruptStatus, RunState
 from models.errors import (
     FencedError,
     InvalidTransitionError,
     RunNotFoundError,
     StaleStateError,
 )
-from models.tables import Checkpoint, Event, Run
+from models.tables import Checkpoint, Effect, Event, Interrupt, Run
 from statemachine import CLAIMABLE, TERMINAL_STATES, TransitionNotAllowed, destination
 
 RUNS: Table = Run.__table__  # type: ignore[assignment]
 EVENTS: Table = Event.__table__  # type: ignore[assignment]
 CHECKPOINTS: Table = Checkpoint.__table__  # type: ignore[assignment]
 # Written by ``move`` alone, from the lifecycle: a caller's fields may not override them.
+# A row of another table written with a run's transition, in the same round trip.
+Write = Insert | Update
 LIFECYCLE_FIELDS = frozenset({"state", "state_version", "updated_at"})
 NON_TERMINAL = [s.value for s in RunState if s not in TERMINAL_STATES]
 
@@ -63,7 +67,7 @@ def record_event(
     at: datetime | None = None,
 ) -> None:
     record_events(
-        session, run_id, actor=actor, events=[(kind, detail)], at=at, states=[from_state, to_state]
+        session, run_id, actor=actor, events=[(kind, detail)], at=at, moves=[(from_state, to_state)]
     )
 
 
@@ -74,28 +78,39 @@ def record_events(
     actor: str,
     events: Sequence[tuple[EventKind, Any]],
     at: datetime | None = None,
-    states: Sequence[str | None] | None = None,
+    moves: Sequence[tuple[str | None, str | None]] = (),
 ) -> None:
-    """Append audit events in one statement; ``states`` are the states they pass through."""
-    if not events:
-        return
+    """Append audit events in one statement; ``moves`` are the states the first ones move
+    between (events past them are facts, not transitions)."""
+    if events:
+        session.execute(events_insert(run_id, actor=actor, events=events, at=at, moves=moves))
+
+
+def events_insert(
+    run_id: str,
+    *,
+    actor: str,
+    events: Sequence[tuple[EventKind, Any]],
+    at: datetime | None = None,
+    moves: Sequence[tuple[str | None, str | None]] = (),
+) -> Insert:
+    """The INSERT of those events, to be executed with other writes."""
     at = at or utcnow()
     # A Core insert: events are never read back through the session, and skipping the ORM's
     # unit of work for them is a measurable share of a step's cost.
-    session.execute(
-        insert(EVENTS),
+    return insert(EVENTS).values(
         [
             {
                 "run_id": run_id,
                 "at": at,
                 "actor": actor,
                 "trigger": EventKind(kind).value,
-                "from_state": states[i] if states else None,
-                "to_state": states[i + 1] if states else None,
+                "from_state": moves[i][0] if i < len(moves) else None,
+                "to_state": moves[i][1] if i < len(moves) else None,
                 "detail": detail or {},
             }
             for i, (kind, detail) in enumerate(events)
-        ],
+        ]
     )
 
 
@@ -154,31 +169,28 @@ def insert_run(
         "created_at": now,
         "updated_at": now,
     }
-    session.execute(insert(RUNS).values(values))
     run = Run(**values)
-    insert_checkpoint(
-        session,
-        Checkpoint(
-            id=new_id(),
-            run_id=run.id,
-            seq=0,
-            step=None,
-            next_step=first_step,
-            state={},
-            budget_consumed=0.0,
-            effects=[],
-            epoch=0,
-            created_at=now,
-        ),
+    first = Checkpoint(
+        id=new_id(),
+        run_id=run.id,
+        seq=0,
+        step=None,
+        next_step=first_step,
+        state={},
+        budget_consumed=0.0,
+        effects=[],
+        epoch=0,
+        created_at=now,
     )
-    record_event(
-        session,
+    enqueued = events_insert(
         run.id,
         actor=started_by or "app",
-        kind=EventKind.ENQUEUE,
-        to_state=RunState.QUEUED.value,
-        detail={"flow": flow_name, "version": flow_version},
+        events=[(EventKind.ENQUEUE, {"flow": flow_name, "version": flow_version})],
         at=now,
+        moves=[(None, RunState.QUEUED.value)],
+    )
+    dialect(session).execute_with(
+        session, insert(RUNS).values(values), [checkpoint_insert(session, first), enqueued]
     )
     return run
 
@@ -209,22 +221,41 @@ def load_runs(session: Session, run_ids: Collection[str]) -> dict[str, Run]:
     return {run.id: run for run in rows}
 
 
-def load_claimable(session: Session, run_id: str) -> tuple[Run, Checkpoint] | None:
-    """The run and its latest checkpoint in one query, if the run may be claimed now.
+@dataclass
+class Claimable:
+    run: Run
+    checkpoint: Checkpoint
+    # The interrupts answered at that checkpoint.
+    answered: list[Interrupt]
+    # Whether an effect of the run was left in ``intent`` (its outcome unknown).
+    unsettled: bool
+
+
+def load_claimable(session: Session, run_id: str) -> Claimable | None:
+    """The run, its latest checkpoint, the interrupts answered there and whether effects are
+    unsettled, in one query, if the run may be claimed now.
 
     The later ``claim`` finds the run in the session without another query.
     """
-    found = session.execute(
-        select(Run, Checkpoint)
+    answered = (Interrupt.run_id == Run.id) & (Interrupt.checkpoint_id == Checkpoint.id)
+    unsettled = exists(
+        select(Effect.id).where(Effect.run_id == Run.id, Effect.status == EffectStatus.INTENT.value)
+    ).label("unsettled")
+    rows = session.execute(
+        select(Run, Checkpoint, Interrupt, unsettled)
         .join(
             Checkpoint,
             (Checkpoint.run_id == Run.id) & (Checkpoint.seq == Run.checkpoint_seq),
         )
+        .outerjoin(Interrupt, answered & (Interrupt.status == InterruptStatus.RESOLVED.value))
         .where(Run.id == run_id)
-    ).first()
-    if found is None or found[0].state not in CLAIMABLE:
+    ).all()
+    if not rows or rows[0][0].state not in CLAIMABLE:
         return None
-    return found[0], found[1]
+    first = rows[0]
+    return Claimable(
+        first[0], first[1], [row[2] for row in rows if row[2] is not None], bool(first[3])
+    )
 
 
 def move(
@@ -235,15 +266,26 @@ def move(
     actor: str,
     detail: Any = None,
     fence_epoch: int | None = None,
+    facts: Sequence[tuple[EventKind, Any]] = (),
+    writes: Sequence[Write] = (),
     **fields: Any,
 ) -> Run:
     """Apply ``trigger`` to ``run`` as a CAS on its state version and append the audit event.
 
     ``fence_epoch`` additionally requires that the lease epoch is still ours; a mismatch
-    raises FencedError (a stale owner), any other lost race StaleStateError.
+    raises FencedError (a stale owner), any other lost race StaleStateError. ``facts`` are
+    events that are not transitions, and ``writes`` rows of other tables (a checkpoint, an
+    interrupt, effect outcomes, built by the stores), written in the same round trip.
     """
     return move_through(
-        session, run, [(trigger, detail)], actor=actor, fence_epoch=fence_epoch, **fields
+        session,
+        run,
+        [(trigger, detail)],
+        actor=actor,
+        fence_epoch=fence_epoch,
+        facts=facts,
+        writes=writes,
+        **fields,
     )
 
 
@@ -254,13 +296,18 @@ def move_through(
     *,
     actor: str,
     fence_epoch: int | None = None,
+    facts: Sequence[tuple[EventKind, Any]] = (),
+    writes: Sequence[Write] = (),
     **fields: Any,
 ) -> Run:
-    """Apply several triggers in order as one CAS, one audit event each.
+    """Apply several triggers in order as one CAS, one audit event each (and one per fact).
 
     A task that continues a run commits ``advance`` and the next ``claim`` this way: one
     UPDATE instead of two. The run's pause request comes back with it (it is not part of the
     state version, so it is read fresh here).
+
+    The events and ``writes`` go in the same round trip as the update, so when it raises (a
+    lost race) they may have been written: the transaction (or savepoint) must not commit.
     """
     overridden = LIFECYCLE_FIELDS & fields.keys()
     if overridden:
@@ -279,13 +326,27 @@ def move_through(
     stmt = update(RUNS).where(RUNS.c.id == run.id, RUNS.c.state_version == run.state_version)
     if fence_epoch is not None:
         stmt = stmt.where(RUNS.c.lease_epoch == fence_epoch)
-    returned = session.execute(stmt.values(**values).returning(RUNS.c.pause_requested_by)).first()
+    events = events_insert(
+        run.id,
+        actor=actor,
+        events=[*triggers, *facts],
+        at=now,
+        moves=list(pairwise(states)),
+    )
+    returned = (
+        dialect(session)
+        .execute_with(
+            session,
+            stmt.values(**values).returning(RUNS.c.pause_requested_by),
+            [events, *writes],
+        )
+        .first()
+    )
     if returned is None:
         _raise_lost_race(session, run, fence_epoch)
     values["pause_requested_by"] = returned.pause_requested_by
     for key, value in values.items():
         set_committed_value(run, key, value)
-    record_events(session, run.id, actor=actor, events=triggers, at=now, states=states)
     return run
 
 
@@ -305,7 +366,14 @@ def _raise_lost_race(session: Session, run: Run, fence_epoch: int | None) -> NoR
 
 
 def claim(
-    session: Session, run_id: str, *, owner: str, lease_seconds: float, **fields: Any
+    session: Session,
+    run_id: str,
+    *,
+    owner: str,
+    lease_seconds: float,
+    facts: Sequence[tuple[EventKind, Any]] = (),
+    writes: Sequence[Write] = (),
+    **fields: Any,
 ) -> Run | None:
     """Take the run with a fresh lease and fencing epoch, or None if it is not claimable.
 
@@ -329,9 +397,13 @@ def claim(
             lease_expires_at=now + timedelta(seconds=lease_seconds),
             step_executions=run.step_executions + 1,
             not_before=None,
+            facts=facts,
+            writes=writes,
             **fields,
         )
     except StaleStateError:
+        # Another delivery claimed it first; drop what this attempt wrote with its update.
+        session.rollback()
         return None
 
 
@@ -409,13 +481,14 @@ def new_checkpoint(
     )
 
 
-def insert_checkpoint(session: Session, checkpoint: Checkpoint) -> None:
-    """Append ``checkpoint`` (a Core insert, like events: nothing reads it back in this session)."""
-    session.execute(
-        insert(CHECKPOINTS).values(
-            {column.key: getattr(checkpoint, column.key) for column in CHECKPOINTS.columns}
-        )
-    )
+def checkpoint_insert(session: Session, checkpoint: Checkpoint) -> Insert:
+    """The INSERT appending ``checkpoint``, to go with the transition that commits it.
+
+    It writes nothing when the sequence is taken: only when another owner committed it first,
+    and then that transition's compare-and-set fails too, and says why.
+    """
+    values = {column.key: getattr(checkpoint, column.key) for column in CHECKPOINTS.columns}
+    return dialect(session).insert_unless_present(CHECKPOINTS, "run_id", "seq").values(values)
 
 
 # --- recovery (the reaper) ---------------------------------------------------------------------

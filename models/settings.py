@@ -35,6 +35,9 @@ class Settings(BaseSettings):
     sweep_batch: int = DEFAULT_SWEEP_BATCH
     pause_expires_in: float = DEFAULT_PAUSE_EXPIRES_IN
     metrics_port: int = 0
+    # Connections each process keeps open to the database; by default, enough for one step per
+    # slot of the worker's pool (a threads pool of 50 gets 52), else a few.
+    db_pool_size: int | None = None
 
     def flow_modules(self) -> list[str]:
         return [m.strip() for m in self.flows.split(",") if m.strip()]

@@ -10,7 +10,7 @@ from pydantic import BaseModel, ValidationError
 
 from models import effects as ledger_store
 from models.db import transaction
-from models.effects import LedgerEntry
+from models.effects import LedgerEntry, Outcome
 from models.enums import Decision, InterruptKind
 from models.errors import BudgetRejectedError
 from worker.declarations import InterruptArgs, Suspend, declare
@@ -67,6 +67,7 @@ class StepContext:
     effects: dict[str, LedgerEntry] | None
     resuming: bool = False
     applied_effects: list[str] = field(default_factory=list)
+    pending_outcomes: list[Outcome] = field(default_factory=list)
     counters: dict[str, int] = field(default_factory=dict)
 
     def ledger(self) -> dict[str, LedgerEntry]:

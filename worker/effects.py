@@ -14,15 +14,13 @@ import logging
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from sqlalchemy.exc import IntegrityError
-
 from models import effects as store
 from models import interrupts as interrupt_store
 from models.contracts import evidence_hash, json_copy
 from models.db import transaction
-from models.effects import LedgerEntry
+from models.effects import LedgerEntry, Outcome
 from models.enums import Decision, EffectStatus, EventKind, InterruptKind
-from models.errors import EffectError
+from models.errors import EffectError, FencedError
 from worker.declarations import Suspend, declare
 from worker.flows import Flow
 from worker.schemas import RepairResolution
@@ -55,6 +53,10 @@ class EffectScope(Protocol):
     checkpoint_id: str
     checkpoint_seq: int
     applied_effects: list[str]
+    # Outcomes recorded by the step's next transaction (its commit, or another intent).
+    pending_outcomes: list[Outcome]
+    # The run's ledger as read (None until a step needs it).
+    effects: dict[str, LedgerEntry] | None
 
     def ledger(self) -> dict[str, LedgerEntry]: ...
 
@@ -89,6 +91,10 @@ def perform(
     reconcile = reconcile or ctx.flow.reconcilers.get(name)
     if key in ctx.applied_effects:
         raise EffectError(run_id=ctx.run_id, name=name, detail="used twice in one execution")
+    request_hash = _request_hash(args, kwargs)
+    if ctx.effects is None and _record_intent(ctx, name, key, request_hash, exists=False):
+        # Nothing read yet and the key was free: the common case costs one statement.
+        return _call(ctx, name, key, fn, args, kwargs)
     entry = ctx.ledger().get(key)
     if entry is not None and entry.status == EffectStatus.APPLIED:
         ctx.count(EventKind.EFFECT_SKIPPED)
@@ -100,8 +106,20 @@ def perform(
             mark_outcome(ctx, key, EffectStatus.APPLIED, receipt=receipt)
             ctx.applied_effects.append(key)
             return receipt
-    request_hash = _request_hash(args, kwargs)
-    _record_intent(ctx, name, key, request_hash, exists=entry is not None)
+    if not _record_intent(ctx, name, key, request_hash, exists=entry is not None):
+        _key_taken(ctx, name, key)
+    return _call(ctx, name, key, fn, args, kwargs)
+
+
+def _call(
+    ctx: EffectScope,
+    name: str,
+    key: str,
+    fn: Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+) -> Any:
+    """Call ``fn`` once its intent is durable; its outcome goes with the step's next write."""
     try:
         receipt = fn(*args, idempotency_key=key, **kwargs)
     except BaseException as exc:
@@ -119,7 +137,10 @@ def perform(
         # It happened all the same: say so, so that no later execution calls it again.
         mark_outcome(ctx, key, EffectStatus.APPLIED, error=str(exc))
         raise
-    mark_outcome(ctx, key, EffectStatus.APPLIED, receipt=receipt)
+    # Recorded with the step's commit (or its next intent): a crash before that leaves the
+    # intent, which is reconciled like any other whose outcome is unknown.
+    ctx.pending_outcomes.append(Outcome(key, EffectStatus.APPLIED, receipt))
+    _remember(ctx, key, name, EffectStatus.APPLIED, receipt)
     ctx.applied_effects.append(key)
     return receipt
 
@@ -182,25 +203,46 @@ def _repair_for(ctx: EffectScope, name: str, entry: LedgerEntry) -> RepairResolu
     return None
 
 
-def _record_intent(ctx: EffectScope, name: str, key: str, request_hash: str, exists: bool) -> None:
-    try:
-        with transaction() as session:
-            store.record_intent(
-                session,
-                run_id=ctx.run_id,
-                epoch=ctx.epoch,
-                step=ctx.step,
-                name=name,
-                key=key,
-                request_hash=request_hash,
-                exists=exists,
+def _record_intent(
+    ctx: EffectScope, name: str, key: str, request_hash: str, *, exists: bool
+) -> bool:
+    """Commit the intent (with any outcome still pending); False if a new key was taken."""
+    with transaction() as session:
+        if ctx.pending_outcomes:
+            store.record_outcomes(
+                session, run_id=ctx.run_id, epoch=ctx.epoch, outcomes=ctx.pending_outcomes
             )
-    except IntegrityError:
-        # Only a caller-chosen key can collide: another run already used it.
-        raise EffectError(
-            run_id=ctx.run_id, name=name, detail=f"idempotency key {key!r} belongs to another run"
-        ) from None
-    ctx.ledger()[key] = LedgerEntry(key, name, EffectStatus.INTENT.value, None, ctx.epoch)
+        written = store.record_intent(
+            session,
+            run_id=ctx.run_id,
+            epoch=ctx.epoch,
+            step=ctx.step,
+            name=name,
+            key=key,
+            request_hash=request_hash,
+            exists=exists,
+        )
+    ctx.pending_outcomes.clear()
+    if written:
+        _remember(ctx, key, name, EffectStatus.INTENT, None)
+    return written
+
+
+def _key_taken(ctx: EffectScope, name: str, key: str) -> None:
+    """Why a new intent was not written: a stale owner, or a key another run holds."""
+    with transaction(readonly=True) as session:
+        owner = store.key_owner(session, key)
+    if owner is None or owner == ctx.run_id:
+        raise FencedError(run_id=ctx.run_id, epoch=ctx.epoch)
+    # Only a caller-chosen key can collide: another run already used it.
+    raise EffectError(
+        run_id=ctx.run_id, name=name, detail=f"idempotency key {key!r} belongs to another run"
+    )
+
+
+def _remember(ctx: EffectScope, key: str, name: str, status: EffectStatus, receipt: Any) -> None:
+    if ctx.effects is not None:
+        ctx.effects[key] = LedgerEntry(key, name, status.value, receipt, ctx.epoch)
 
 
 def mark_outcome(
@@ -213,14 +255,11 @@ def mark_outcome(
 ) -> None:
     """Record what became of an effect, fenced: a stale owner gets FencedError, writes nothing."""
     with transaction() as session:
-        store.record_outcome(
+        store.record_outcomes(
             session,
             run_id=ctx.run_id,
             epoch=ctx.epoch,
-            key=key,
-            status=status,
-            receipt=receipt,
-            error=error,
+            outcomes=[Outcome(key, status, receipt, error)],
         )
     ledger = ctx.ledger()
     name = ledger[key].name if key in ledger else ""

@@ -51,6 +51,11 @@ UNBOUND_OUTCOMES = frozenset(
 )
 
 
+class _LostRace(Exception):
+    """Control flow: acceptance lost a race after it began writing. Its transaction must roll
+    back (no savepoint is paid for on the accepted path); the attempt is recorded as stale."""
+
+
 class Refusal(Exception):
     """Control flow inside the gateway: a check failed with ``outcome``; nothing was written."""
 
@@ -101,6 +106,13 @@ def submit_resume(
 
 
 def _decide(contract: ResumeContract, credential: str, attempt: _Attempt) -> ResumeResult:
+    try:
+        return _decide_once(contract, credential, attempt)
+    except _LostRace as lost:
+        return _record(attempt, ResumeOutcome.STALE, str(lost))
+
+
+def _decide_once(contract: ResumeContract, credential: str, attempt: _Attempt) -> ResumeResult:
     notify_after: tuple[Flow, Interrupt] | None = None
     with transaction() as session:
         original = store.original_attempt(session, contract.idempotency_key)
@@ -109,8 +121,7 @@ def _decide(contract: ResumeContract, credential: str, attempt: _Attempt) -> Res
         try:
             interrupt, run, flow, submitted, new_interrupt = _check(session, contract, credential)
             if new_interrupt is None:
-                with session.begin_nested():
-                    result = _accept(session, contract, submitted, attempt, interrupt, run)
+                result = _accept(session, contract, submitted, attempt, interrupt, run)
         except Refusal as refusal:
             return _insert(session, attempt, refusal.outcome, refusal.reason)
         if new_interrupt is not None and flow is not None:
@@ -139,10 +150,10 @@ def _check(
             ResumeOutcome.UNAUTHENTICATED, "unknown actor, revoked actor or bad credential"
         )
     # Concurrent resumes of one interrupt queue here (SQLite already serialises writers).
-    interrupt = store.lock(session, contract.interrupt_id)
-    run = run_store.find_run(session, interrupt.run_id) if interrupt is not None else None
-    if interrupt is None or run is None:
+    found = store.lock_with_run(session, contract.interrupt_id)
+    if found is None:
         raise Refusal(ResumeOutcome.STALE, f"no interrupt {contract.interrupt_id}")
+    interrupt, run = found
     _check_binding(contract, interrupt, run)
     now = utcnow()
     if interrupt.deadline <= now:
@@ -296,16 +307,6 @@ def _accept(
     """Check 9: resolve the interrupt and move the run to ``resuming``, all or nothing."""
     now = utcnow()
     actor = f"{contract.actor.type}:{contract.actor.id}"
-    if not store.transition(
-        session,
-        interrupt,
-        "resolve",
-        decision=contract.decision.value,
-        resume_input=submitted,
-        resolved_by=contract.actor.id,
-        resolved_at=now,
-    ):
-        raise Refusal(ResumeOutcome.STALE, "interrupt was resolved concurrently")
     fields: dict[str, Any] = {"dispatched_at": now}
     approved = contract.decision is Decision.APPROVED
     if interrupt.kind == InterruptKind.BUDGET.value and approved:
@@ -323,7 +324,17 @@ def _accept(
             **fields,
         )
     except StaleStateError as exc:
-        raise Refusal(ResumeOutcome.STALE, str(exc)) from None
+        raise _LostRace(str(exc)) from None
+    if not store.transition(
+        session,
+        interrupt,
+        "resolve",
+        decision=contract.decision.value,
+        resume_input=submitted,
+        resolved_by=contract.actor.id,
+        resolved_at=now,
+    ):
+        raise _LostRace("interrupt was resolved concurrently")
     return _insert(
         session, attempt, ResumeOutcome.ACCEPTED, f"{contract.decision.value} by {actor}"
     )
@@ -476,7 +487,10 @@ def resume_as_system(
         _check_binding(contract, interrupt, run)
         validated = _validate_input(contract, interrupt)
         submitted = validated.model_dump(mode="json") if validated is not None else {}
+        # A savepoint here: the sweep goes on with its batch after a lost race.
         with session.begin_nested():
             return _accept(session, contract, submitted, attempt, interrupt, run)
+    except _LostRace as lost:
+        return _insert(session, attempt, ResumeOutcome.STALE, f"{reason}: {lost}")
     except Refusal as refusal:
         return _insert(session, attempt, refusal.outcome, f"{reason}: {refusal.reason}")

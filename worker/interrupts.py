@@ -5,33 +5,16 @@ from __future__ import annotations
 import logging
 from typing import TypeVar
 
-from sqlalchemy.orm import Session
-
 from models import interrupts as store
-from models.contracts import InterruptDecl, InterruptView, ResumeAttemptView
+from models.contracts import InterruptView, ResumeAttemptView
 from models.db import transaction
 from models.enums import InterruptKind, InterruptStatus
 from models.errors import InterruptNotFoundError, InvalidInputError
-from models.tables import Interrupt, Run
+from models.tables import Interrupt
 from worker.flows import Flow
 
 log = logging.getLogger(__name__)
 E = TypeVar("E", InterruptStatus, InterruptKind)
-
-
-def record_interrupt(
-    session: Session,
-    run: Run,
-    decl: InterruptDecl,
-    *,
-    step: str,
-    checkpoint_id: str,
-    actor: str,
-) -> Interrupt:
-    """The durable interrupt for a run that has just moved to ``waiting``."""
-    return store.insert_interrupt(
-        session, run, decl, step=step, checkpoint_id=checkpoint_id, actor=actor
-    )
 
 
 def view(row: Interrupt) -> InterruptView:

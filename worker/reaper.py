@@ -9,12 +9,16 @@ from __future__ import annotations
 
 import logging
 from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy.orm import Session
 
 from models import runs as store
 from models.db import transaction, utcnow
 from models.enums import EventKind, RunState
 from models.errors import StaleStateError
 from models.settings import get_settings
+from models.tables import Run
 from worker import dispatch
 
 log = logging.getLogger(__name__)
@@ -40,37 +44,19 @@ def _requeue_expired(now: datetime, batch: int, max_claims: int) -> int:
             lost = run.lost_leases + 1
             detail = {"epoch": run.lease_epoch, "owner": run.lease_owner, "lost_leases": lost}
             try:
-                if lost > max_claims:
-                    store.move(
-                        session,
-                        run,
-                        EventKind.FAIL,
-                        actor=ACTOR,
-                        detail=detail,
-                        lost_leases=lost,
-                        error=f"lease lost {lost} times (limit {max_claims}); last owner "
-                        f"{run.lease_owner}",
-                    )
-                    failed += 1
-                    log.error(
-                        "run failed: lease lost %d times",
-                        lost,
-                        extra={"action": "reap_fail", "run_id": run.id},
-                    )
-                    continue
-                store.move(
-                    session,
-                    run,
-                    EventKind.REQUEUE,
-                    actor=ACTOR,
-                    detail=detail,
-                    lost_leases=lost,
-                    lease_owner=None,
-                    lease_expires_at=None,
-                    dispatched_at=now,
-                )
+                # A savepoint: a lost compare-and-set must leave nothing of its own behind.
+                with session.begin_nested():
+                    gave_up = _requeue_or_fail(session, run, detail, lost, max_claims, now)
             except StaleStateError:
                 continue  # the owner committed or another reaper moved it first
+            if gave_up:
+                failed += 1
+                log.error(
+                    "run failed: lease lost %d times",
+                    lost,
+                    extra={"action": "reap_fail", "run_id": run.id},
+                )
+                continue
             requeued.append(run.id)
             log.warning(
                 "lease of %s expired; run requeued",
@@ -80,6 +66,40 @@ def _requeue_expired(now: datetime, batch: int, max_claims: int) -> int:
     for run_id in requeued:
         dispatch.publish_step(run_id)
     return len(requeued) + failed
+
+
+def _requeue_or_fail(
+    session: Session,
+    run: Run,
+    detail: dict[str, Any],
+    lost: int,
+    max_claims: int,
+    now: datetime,
+) -> bool:
+    """Requeue a run whose lease expired, or fail it after too many; True if it failed."""
+    if lost > max_claims:
+        store.move(
+            session,
+            run,
+            EventKind.FAIL,
+            actor=ACTOR,
+            detail=detail,
+            lost_leases=lost,
+            error=f"lease lost {lost} times (limit {max_claims}); last owner {run.lease_owner}",
+        )
+        return True
+    store.move(
+        session,
+        run,
+        EventKind.REQUEUE,
+        actor=ACTOR,
+        detail=detail,
+        lost_leases=lost,
+        lease_owner=None,
+        lease_expires_at=None,
+        dispatched_at=now,
+    )
+    return False
 
 
 def _redispatch_unclaimed(now: datetime, batch: int, redispatch_after: float) -> int:

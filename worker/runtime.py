@@ -11,12 +11,12 @@ import logging
 import os
 import socket
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from sqlalchemy.orm import Session
-
+from models import effects as effect_store
 from models import interrupts as interrupt_store
 from models import runs as store
 from models.contracts import InterruptDecl, json_copy
@@ -34,12 +34,12 @@ from models.errors import (
     UnknownStepError,
 )
 from models.settings import get_settings
-from models.tables import Checkpoint, Run
+from models.tables import Checkpoint, Interrupt, Run
 from worker import dispatch
 from worker.context import ResolvedInterrupt, StepContext
 from worker.declarations import PAUSE_INTERRUPT, Suspend, declare
 from worker.flows import Flow, Migration, StepDef, continuation
-from worker.interrupts import notify, record_interrupt
+from worker.interrupts import notify
 from worker.lease import keeper
 from worker.reconcile import settle_pending_effects
 from worker.schemas import OperatorRelease
@@ -108,7 +108,8 @@ def _execute_step(claimed: Claimed, owner: str, *, may_chain: bool) -> Claimed |
     try:
         if run.pause_requested_by and PAUSE_INTERRUPT not in claimed.resolved:
             raise Suspend(_pause_decl(run, flow))
-        if claimed.resuming:
+        if claimed.resuming and claimed.ledger is not None:
+            # The claim read the ledger only because effects of the run are left in intent.
             settle_pending_effects(ctx)
         with keeper.holding(run.id, run.lease_epoch, _lease(claimed.step), run.lease_expires_at):
             next_step = claimed.step.fn(ctx)
@@ -148,11 +149,11 @@ def _claim(run_id: str, owner: str) -> Claimed | None:
         found = store.load_claimable(session, run_id)
         if found is None:
             return None
-        run, checkpoint = found
+        run, checkpoint, answered = found.run, found.checkpoint, found.answered
         try:
             flow, migration = continuation(run.flow_name, run.flow_version, run_id=run.id)
             step = flow.get_step(run.next_step or "")
-            migrated = _migrated(session, run, checkpoint, flow, migration)
+            migrated = _migrated(run, checkpoint, bool(answered), flow, migration)
         except (FlowVersionError, UnknownStepError, FlowDefinitionError) as exc:
             # Fail closed: the run stays where it is and the operator sees why (once: the
             # reaper republishes the run until a worker that can continue it takes it).
@@ -161,41 +162,38 @@ def _claim(run_id: str, owner: str) -> Claimed | None:
             return None
         resuming = run.state == RunState.RESUMING.value
         old_version = run.flow_version
-        fields = (
-            {}
-            if migrated is None
-            else {"flow_version": flow.version, "checkpoint_seq": migrated.seq}
+        fields: dict[str, Any] = {}
+        facts: list[tuple[EventKind, Any]] = []
+        if migrated is not None:
+            fields = {"flow_version": flow.version, "checkpoint_seq": migrated.seq}
+            detail = {"from": old_version, "to": flow.version, "checkpoint": migrated.seq}
+            facts.append((EventKind.MIGRATE, detail))
+        executions = run.step_executions + 1
+        if executions > 1:
+            facts.append((EventKind.STEP_REEXECUTED, {"step": step.name, "executions": executions}))
+        writes = [store.checkpoint_insert(session, migrated)] if migrated is not None else []
+        claimed = store.claim(
+            session,
+            run_id,
+            owner=owner,
+            lease_seconds=_lease(step),
+            facts=facts,
+            writes=writes,
+            **fields,
         )
-        if store.claim(session, run_id, owner=owner, lease_seconds=_lease(step), **fields) is None:
+        if claimed is None:
             return None
         if migrated is not None:
-            store.insert_checkpoint(session, migrated)
-            store.record_event(
-                session,
-                run.id,
-                actor=f"worker:{owner}",
-                kind=EventKind.MIGRATE,
-                detail={"from": old_version, "to": flow.version, "checkpoint": migrated.seq},
-            )
             checkpoint = migrated
-        if run.step_executions > 1:
-            store.record_event(
-                session,
-                run.id,
-                actor=f"worker:{owner}",
-                kind=EventKind.STEP_REEXECUTED,
-                detail={"step": step.name, "executions": run.step_executions},
-            )
-        # A first execution at a fresh checkpoint has no answers to read yet and loads the
-        # effect ledger only if it asks for an effect: two queries saved on the hot path.
-        again = resuming or run.step_executions > 1
-        resolved = _resolved_interrupts(session, run.id, checkpoint.id) if again else {}
-        ledger = load_ledger(session, run.id) if again else None
+        # The ledger is read now only when effects wait to be settled; otherwise an effect
+        # reads it only if its key turns out to be taken (a query saved on the hot path).
+        ledger = load_ledger(session, run.id) if found.unsettled else None
+        resolved = {row.name: _resolved(row) for row in answered} if migrated is None else {}
         return Claimed(run, flow, step, checkpoint, resolved, ledger, resuming)
 
 
 def _migrated(
-    session: Session, run: Run, checkpoint: Checkpoint, flow: Flow, migration: Migration | None
+    run: Run, checkpoint: Checkpoint, answered: bool, flow: Flow, migration: Migration | None
 ) -> Checkpoint | None:
     """The checkpoint that carries a run onto ``flow``'s version, if it needs a migration.
 
@@ -204,10 +202,7 @@ def _migrated(
     """
     if migration is None:
         return None
-    answered = run.state == RunState.RESUMING.value or interrupt_store.any_resolved_at(
-        session, run.id, checkpoint.id
-    )
-    if answered:
+    if answered or run.state == RunState.RESUMING.value:
         raise FlowVersionError(
             f"run {run.id}: answers at checkpoint {checkpoint.seq} bind it to flow "
             f"{run.flow_name!r} version {run.flow_version}, which this worker does not have",
@@ -237,22 +232,16 @@ def _lease(step: StepDef) -> float:
     return step.lease_seconds or get_settings().lease_seconds
 
 
-def _resolved_interrupts(
-    session: Session, run_id: str, checkpoint_id: str
-) -> dict[str, ResolvedInterrupt]:
-    rows = interrupt_store.resolved_at(session, run_id, checkpoint_id)
-    return {
-        row.name: ResolvedInterrupt(
-            id=row.id,
-            name=row.name,
-            schema_name=row.schema_name,
-            schema_version=row.schema_version,
-            decision=row.decision or "",
-            resume_input=row.resume_input,
-            resolved_by=row.resolved_by or "",
-        )
-        for row in rows
-    }
+def _resolved(row: Interrupt) -> ResolvedInterrupt:
+    return ResolvedInterrupt(
+        id=row.id,
+        name=row.name,
+        schema_name=row.schema_name,
+        schema_version=row.schema_version,
+        decision=row.decision or "",
+        resume_input=row.resume_input,
+        resolved_by=row.resolved_by or "",
+    )
 
 
 def _pause_decl(run: Run, flow: Flow) -> InterruptDecl:
@@ -267,12 +256,15 @@ def _pause_decl(run: Run, flow: Flow) -> InterruptDecl:
     )
 
 
-def _record_counters(session: Session, ctx: StepContext, actor: str) -> None:
-    store.record_events(
-        session,
-        ctx.run_id,
-        actor=actor,
-        events=[(EventKind(name), {"count": count}) for name, count in ctx.counters.items()],
+def _counted(ctx: StepContext) -> list[tuple[EventKind, Any]]:
+    """The step's repeated-work counters, as events of its commit."""
+    return [(EventKind(name), {"count": count}) for name, count in ctx.counters.items()]
+
+
+def _outcomes(ctx: StepContext) -> Sequence[store.Write]:
+    """Effect outcomes the step has not written yet, to be written with its commit."""
+    return effect_store.outcome_writes(
+        run_id=ctx.run_id, epoch=ctx.epoch, outcomes=ctx.pending_outcomes
     )
 
 
@@ -289,6 +281,13 @@ def _commit_suspend(claimed: Claimed, ctx: StepContext, decl: InterruptDecl, own
             owner,
         )
         return
+    interrupt, insert_interrupt = interrupt_store.new_interrupt(
+        run,
+        decl,
+        step=ctx.step,
+        checkpoint_id=ctx.checkpoint_id,
+        state_version=run.state_version + 1,
+    )
     try:
         with transaction() as session:
             store.move(
@@ -298,18 +297,11 @@ def _commit_suspend(claimed: Claimed, ctx: StepContext, decl: InterruptDecl, own
                 actor=actor,
                 fence_epoch=ctx.epoch,
                 detail={"interrupt": decl.name, "kind": decl.kind},
+                facts=[interrupt_store.interrupt_event(interrupt.id, decl), *_counted(ctx)],
+                writes=[insert_interrupt, *_outcomes(ctx)],
                 lease_owner=None,
                 lease_expires_at=None,
             )
-            interrupt = record_interrupt(
-                session,
-                run,
-                decl,
-                step=ctx.step,
-                checkpoint_id=ctx.checkpoint_id,
-                actor=actor,
-            )
-            _record_counters(session, ctx, actor)
     except (FencedError, StaleStateError) as exc:
         _discard(run.id, exc)
         return
@@ -365,14 +357,22 @@ def _commit_advance(
         )
     try:
         with transaction() as session:
-            store.move_through(session, run, triggers, actor=actor, fence_epoch=ctx.epoch, **fields)
-            store.insert_checkpoint(session, checkpoint)
-            _record_counters(session, ctx, actor)
+            store.move_through(
+                session,
+                run,
+                triggers,
+                actor=actor,
+                fence_epoch=ctx.epoch,
+                facts=_counted(ctx),
+                writes=[store.checkpoint_insert(session, checkpoint), *_outcomes(ctx)],
+                **fields,
+            )
     except (FencedError, StaleStateError) as exc:
         _discard(run.id, exc)
         return None
     if step is not None:
-        return Claimed(run, claimed.flow, step, checkpoint, {}, None, False)
+        # The ledger as this process knows it goes on with the run (no read for its effects).
+        return Claimed(run, claimed.flow, step, checkpoint, {}, ctx.effects, False)
     if next_step is not None:
         dispatch.publish_step(run.id)
     return None
@@ -403,6 +403,8 @@ def _commit_failure(claimed: Claimed, ctx: StepContext, exc: Exception, owner: s
                     actor=actor,
                     fence_epoch=ctx.epoch,
                     detail=detail,
+                    facts=_counted(ctx),
+                    writes=_outcomes(ctx),
                     step_attempts=attempts,
                     error=error,
                     lease_owner=None,
@@ -418,10 +420,11 @@ def _commit_failure(claimed: Claimed, ctx: StepContext, exc: Exception, owner: s
                     actor=actor,
                     fence_epoch=ctx.epoch,
                     detail=detail,
+                    facts=_counted(ctx),
+                    writes=_outcomes(ctx),
                     step_attempts=attempts,
                     error=error,
                 )
-            _record_counters(session, ctx, actor)
     except (FencedError, StaleStateError) as fenced:
         _discard(run.id, fenced)
         return

@@ -6,6 +6,7 @@ from typing import Any
 
 from celery.signals import worker_init
 
+from models.db import size_pool_for
 from worker.app import TASK_REAP, TASK_RESUME, TASK_STEP, TASK_SWEEP, app
 from worker.stats import serve_from_worker  # noqa: F401  (serves metrics if configured)
 
@@ -40,13 +41,18 @@ def reap() -> int:
 
 
 @worker_init.connect  # type: ignore[untyped-decorator]
-def _load_flows(**_: Any) -> None:
+def _load_flows(sender: Any = None, **_: Any) -> None:
     """Import the flow modules (and the step runtime) once in the parent, before the pool forks.
 
     Every pool child then starts ready; otherwise each new child (say, after one was killed)
-    pays for these imports on its first task.
+    pays for these imports on its first task. A pool of threads (or greenlets) runs its steps
+    in this one process: its database pool gets a connection for each.
     """
     from worker import runtime  # noqa: F401
     from worker.flows import load_flow_modules
 
     load_flow_modules()
+    concurrency = getattr(sender, "concurrency", None)
+    pool = str(getattr(sender, "pool_cls", "")).lower()
+    if isinstance(concurrency, int) and any(p in pool for p in ("thread", "gevent", "eventlet")):
+        size_pool_for(concurrency)
