@@ -16,6 +16,12 @@ DEFAULT_MAX_CLAIMS = 5
 DEFAULT_REDISPATCH_AFTER = 30.0
 DEFAULT_SWEEP_BATCH = 200
 DEFAULT_PAUSE_EXPIRES_IN = 7 * 24 * 3600.0
+DEFAULT_WEB_HOST = "127.0.0.1"
+DEFAULT_WEB_PORT = 8000
+# Refused resume and sign-in attempts allowed before 429 (``limits`` notation).
+DEFAULT_WEB_CLIENT_LIMIT = "30/minute"
+DEFAULT_WEB_ACTOR_LIMIT = "20/minute"
+DEFAULT_WEB_SESSION_SECONDS = 8 * 3600
 
 
 class Settings(BaseSettings):
@@ -38,9 +44,25 @@ class Settings(BaseSettings):
     # Connections each process keeps open to the database; by default, enough for one step per
     # slot of the worker's pool (a threads pool of 50 gets 52), else a few.
     db_pool_size: int | None = None
+    # ``interlude serve``: the JSON resume API and the web inbox.
+    web_host: str = DEFAULT_WEB_HOST
+    web_port: int = DEFAULT_WEB_PORT
+    # Where people reach the inbox (links in notifications); the bound address when empty.
+    web_base_url: str = ""
+    web_client_limit: str = DEFAULT_WEB_CLIENT_LIMIT
+    web_actor_limit: str = DEFAULT_WEB_ACTOR_LIMIT
+    web_session_seconds: int = DEFAULT_WEB_SESSION_SECONDS
+    # Mark the session cookie Secure: set it when the inbox is served over HTTPS.
+    web_secure_cookie: bool = False
+    # Where the notifier recipe (examples/inbox_webhook.py) posts inbox links; off when empty.
+    notify_webhook_url: str = ""
 
     def flow_modules(self) -> list[str]:
         return [m.strip() for m in self.flows.split(",") if m.strip()]
+
+    def inbox_url(self) -> str:
+        """The inbox's base URL, without a trailing slash."""
+        return (self.web_base_url or f"http://{self.web_host}:{self.web_port}").rstrip("/")
 
 
 @lru_cache(maxsize=1)

@@ -21,6 +21,7 @@ from worker.cli.output import Output, error
 from worker.cli.parser import Parser, Subparsers, common_options
 from worker.cli.resume import register as register_resume
 from worker.cli.runs import register as register_runs
+from worker.cli.serve import register as register_serve
 
 __all__ = ["RESUME_EXIT", "build_parser", "main"]
 
@@ -43,6 +44,7 @@ def build_parser() -> Parser:
         register_actors,
         register_ops,
         register_flows,
+        register_serve,
     ):
         register(sub, common)
     return parser

@@ -1,0 +1,134 @@
+"""Reads for the review inbox: the pending interrupts an actor may answer, oldest first.
+
+Roles are a JSON list on the interrupt, which the two backends query differently; the inbox
+reads pending rows in creation order in batches and keeps those the roles match, so one
+query serves both. Pages are keyed by ``(created_at, id)``: a cursor stays valid while
+interrupts are answered or added.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+from sqlalchemy import and_, literal, or_, select
+from sqlalchemy.exc import SQLAlchemyError
+
+from models.contracts import InterruptView
+from models.db import transaction, utcnow
+from models.enums import InterruptKind, InterruptStatus
+from models.errors import InvalidInputError
+from models.tables import Interrupt, Run
+
+MAX_PAGE = 200
+# Rows read per query while looking for interrupts the roles match.
+SCAN_BATCH = 500
+
+
+@dataclass(frozen=True)
+class InboxPage:
+    items: list[InterruptView]
+    # Pass back as ``cursor`` for the next page; None when this page is the last.
+    next_cursor: str | None
+
+
+def encode_cursor(created_at: datetime, interrupt_id: str) -> str:
+    raw = f"{created_at.astimezone(UTC).isoformat()}|{interrupt_id}".encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str) -> tuple[datetime, str]:
+    """The position a cursor names; InvalidInputError for anything this module did not make."""
+    try:
+        padded = cursor + "=" * (-len(cursor) % 4)
+        at, _, interrupt_id = base64.urlsafe_b64decode(padded).decode().partition("|")
+        created_at = datetime.fromisoformat(at)
+    except (binascii.Error, UnicodeDecodeError, ValueError):
+        raise InvalidInputError(detail="cursor is not one this inbox returned") from None
+    if created_at.tzinfo is None or not interrupt_id:
+        raise InvalidInputError(detail="cursor is not one this inbox returned")
+    return created_at, interrupt_id
+
+
+def answerable_interrupts(
+    roles: Iterable[str],
+    *,
+    actor_id: str | None = None,
+    kind: InterruptKind | str | None = None,
+    min_age: float | None = None,
+    max_age: float | None = None,
+    cursor: str | None = None,
+    limit: int = 50,
+) -> InboxPage:
+    """Pending interrupts one of ``roles`` may answer, oldest first.
+
+    ``actor_id`` leaves out interrupts of runs that actor started when the interrupt keeps
+    the starter out (separation of duties). ``min_age``/``max_age`` are seconds since the
+    interrupt was raised.
+    """
+    wanted = set(roles)
+    if not 1 <= limit <= MAX_PAGE:
+        raise InvalidInputError(detail=f"limit must be 1 to {MAX_PAGE}")
+    query = (
+        select(Interrupt, Run.started_by)
+        .join(Run, Run.id == Interrupt.run_id)
+        .where(Interrupt.status == InterruptStatus.PENDING.value)
+        .order_by(Interrupt.created_at, Interrupt.id)
+    )
+    if kind is not None:
+        query = query.where(Interrupt.kind == _kind(kind).value)
+    now = utcnow()
+    for age, newer in ((min_age, False), (max_age, True)):
+        if age is None:
+            continue
+        if not age >= 0:
+            raise InvalidInputError(detail="age filters must be non-negative seconds")
+        edge = now - timedelta(seconds=age)
+        query = query.where(Interrupt.created_at >= edge if newer else Interrupt.created_at <= edge)
+    position = decode_cursor(cursor) if cursor is not None else None
+    items: list[InterruptView] = []
+    with transaction(readonly=True) as session:
+        while True:
+            batch = query
+            if position is not None:
+                at, last_id = position
+                batch = batch.where(
+                    or_(
+                        Interrupt.created_at > at,
+                        and_(Interrupt.created_at == at, Interrupt.id > last_id),
+                    )
+                )
+            rows = session.execute(batch.limit(SCAN_BATCH)).all()
+            for interrupt, started_by in rows:
+                position = (interrupt.created_at, interrupt.id)
+                if not wanted & set(interrupt.roles or []):
+                    continue
+                if interrupt.separate_from_starter and actor_id and started_by == actor_id:
+                    continue
+                items.append(InterruptView.model_validate(interrupt, from_attributes=True))
+                if len(items) == limit:
+                    last = items[-1]
+                    return InboxPage(items, encode_cursor(last.created_at, last.id))
+            if len(rows) < SCAN_BATCH:
+                return InboxPage(items, None)
+
+
+def _kind(value: InterruptKind | str) -> InterruptKind:
+    try:
+        return InterruptKind(value)
+    except ValueError:
+        allowed = ", ".join(k.value for k in InterruptKind)
+        raise InvalidInputError(detail=f"unknown kind {value!r}; one of {allowed}") from None
+
+
+def database_ok() -> bool:
+    """Whether the database answers a trivial query (the web server's health check)."""
+    try:
+        with transaction(readonly=True) as session:
+            session.execute(select(literal(1))).scalar_one()
+    except SQLAlchemyError:
+        return False
+    return True

@@ -1,0 +1,40 @@
+"""Fixtures of the acceptance suites that need an ``interlude serve`` process."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import worker_env
+from tests.webserver import WebServer
+
+# High enough that only the rate-limit tests, with their own servers, ever reach a limit.
+UNTHROTTLED = {
+    "INTERLUDE_WEB_CLIENT_LIMIT": "10000/minute",
+    "INTERLUDE_WEB_ACTOR_LIMIT": "10000/minute",
+}
+
+
+@pytest.fixture(scope="session")
+def web_server(database_url: str, logs_dir: Path) -> Iterator[WebServer]:
+    """One ``interlude serve`` per backend, on the test database and broker."""
+    server = WebServer(worker_env(database_url, **UNTHROTTLED), logs_dir).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture()
+def start_web_server(database_url: str, logs_dir: Path) -> Iterator[Callable[..., WebServer]]:
+    """Start an ``interlude serve`` with its own settings for one test."""
+    started: list[WebServer] = []
+
+    def start(**env: str) -> WebServer:
+        server = WebServer(worker_env(database_url, **env), logs_dir).start()
+        started.append(server)
+        return server
+
+    yield start
+    for server in started:
+        server.stop()

@@ -1,0 +1,206 @@
+"""The JSON resume API: list and read interrupts, submit ``resume.v1``, read a run's timeline.
+
+Callers authenticate with ``Authorization: Bearer <credential>``; reads name the actor in
+``X-Interlude-Actor`` and a resume names it in its contract. Every resume goes through
+``submit_resume`` and is recorded there, whatever its outcome.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Header, HTTPException, Query, Request, Security
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import JSONResponse
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from pydantic import BaseModel
+
+from models.contracts import (
+    ActorView,
+    InterruptView,
+    ResumeContract,
+    ResumeResult,
+    RunView,
+)
+from models.enums import ResumeOutcome
+from models.errors import InvalidInputError
+from models.inbox_queries import MAX_PAGE, answerable_interrupts
+from worker.cli.timeline import Entry, timeline
+from worker.gateway import submit_resume
+from worker.interrupts import get_interrupt, list_interrupts, list_resume_attempts
+from worker.runs import get_run, list_checkpoints, list_effects, list_events
+from worker.web.auth import ACTOR_HEADER, authenticated, client_of
+from worker.web.binding import contract_for
+from worker.web.outcomes import STATUS, status_of
+from worker.web.state import web_state
+from worker.web.throttle import Throttled
+
+router = APIRouter(prefix="/v1", tags=["resume API"])
+# Beyond this a body is kept only as its beginning: the gateway records it as malformed.
+MAX_BODY = 256 * 1024
+_bearer = HTTPBearer(auto_error=False, description="the actor's credential (ilc_…)")
+
+
+class InterruptPage(BaseModel):
+    items: list[InterruptView]
+    next_cursor: str | None
+
+
+class InterruptDetail(BaseModel):
+    interrupt: InterruptView
+    # A resume.v1 contract bound to this interrupt: fill in ``input`` and submit it.
+    template: dict[str, Any]
+
+
+class RunDetail(BaseModel):
+    run: RunView
+    timeline: list[Entry]
+
+
+def throttled_response(throttled: Throttled) -> JSONResponse:
+    return JSONResponse(
+        {"detail": f"too many refused attempts from this {throttled.scope}; retry later"},
+        status_code=429,
+        headers={"Retry-After": str(throttled.retry_after)},
+    )
+
+
+def caller(
+    request: Request,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Security(_bearer)],
+    actor_id: Annotated[str | None, Header(alias=ACTOR_HEADER)] = None,
+) -> ActorView:
+    """The authenticated actor; a failed authentication counts as a refused attempt."""
+    limiter = web_state(request).limiter
+    client = client_of(request)
+    throttled = limiter.check(client, actor_id)
+    if throttled is not None:
+        raise HTTPException(
+            429,
+            f"too many refused attempts from this {throttled.scope}; retry later",
+            headers={"Retry-After": str(throttled.retry_after)},
+        )
+    actor = authenticated(actor_id, credentials.credentials if credentials else None)
+    if actor is None:
+        limiter.refused(client, actor_id)
+        raise HTTPException(
+            401,
+            f"unknown actor, revoked actor or bad credential (send {ACTOR_HEADER} and "
+            "Authorization: Bearer <credential>)",
+            headers={"WWW-Authenticate": "Bearer"},
+        )
+    return actor
+
+
+Caller = Annotated[ActorView, Depends(caller)]
+
+
+@router.get("/interrupts", response_model=InterruptPage)
+def pending_interrupts(
+    actor: Caller,
+    kind: str | None = None,
+    min_age: Annotated[float | None, Query(ge=0, description="seconds waited, at least")] = None,
+    max_age: Annotated[float | None, Query(ge=0, description="seconds waited, at most")] = None,
+    cursor: str | None = None,
+    limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 50,
+) -> InterruptPage:
+    """Pending interrupts the caller may answer (by role), oldest first."""
+    try:
+        page = answerable_interrupts(
+            actor.roles,
+            actor_id=actor.id,
+            kind=kind,
+            min_age=min_age,
+            max_age=max_age,
+            cursor=cursor,
+            limit=limit,
+        )
+    except InvalidInputError as exc:
+        raise HTTPException(422, str(exc)) from None
+    return InterruptPage(items=page.items, next_cursor=page.next_cursor)
+
+
+@router.get("/interrupts/{interrupt_id}", response_model=InterruptDetail)
+def interrupt_detail(interrupt_id: str, actor: Caller) -> InterruptDetail:
+    """One interrupt as a responder sees it, and a ``resume.v1`` template bound to it."""
+    interrupt = get_interrupt(interrupt_id)
+    return InterruptDetail(interrupt=interrupt, template=contract_for(interrupt, actor.id))
+
+
+@router.get("/runs/{run_id}", response_model=RunDetail)
+def run_detail(run_id: str, actor: Caller) -> RunDetail:
+    """A run's state and its timeline: checkpoints, interrupts, attempts, effects, events."""
+    run = get_run(run_id)
+    entries = timeline(
+        list_checkpoints(run.id),
+        list_events(run.id),
+        list_effects(run.id),
+        list_interrupts(run_id=run.id),
+        list_resume_attempts(run_id=run.id),
+    )
+    return RunDetail(run=run, timeline=entries)
+
+
+_RESPONSES: dict[int | str, dict[str, Any]] = {
+    code: {
+        "model": ResumeResult,
+        "description": ", ".join(o.value for o, c in STATUS.items() if c == code),
+    }
+    for code in sorted(set(STATUS.values()))
+}
+_RESPONSES[429] = {"description": "too many refused attempts from this client or actor"}
+
+
+@router.post(
+    "/resume",
+    response_model=ResumeResult,
+    status_code=202,
+    responses=_RESPONSES,
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {"application/json": {"schema": ResumeContract.model_json_schema()}},
+        }
+    },
+)
+async def resume(
+    request: Request,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Security(_bearer)],
+) -> JSONResponse:
+    """Submit a ``resume.v1`` contract; the response is the recorded ``ResumeResult``."""
+    contract = await _body(request)
+    actor = contract.get("actor") if isinstance(contract, dict) else None
+    actor_id = actor.get("id") if isinstance(actor, dict) else None
+    actor_key = actor_id if isinstance(actor_id, str) else None
+    limiter = web_state(request).limiter
+    client = client_of(request)
+    throttled = await run_in_threadpool(limiter.check, client, actor_key)
+    if throttled is not None:
+        return throttled_response(throttled)
+    credential = credentials.credentials if credentials else ""
+    result = await run_in_threadpool(submit_resume, contract, credential)
+    if result.outcome is not ResumeOutcome.ACCEPTED:
+        await run_in_threadpool(limiter.refused, client, actor_key)
+    headers = {"WWW-Authenticate": "Bearer"} if result.outcome == "unauthenticated" else None
+    return JSONResponse(
+        result.model_dump(mode="json"), status_code=status_of(result.outcome), headers=headers
+    )
+
+
+async def _body(request: Request) -> Any:
+    """The submitted JSON, or the text as sent when it is not JSON (recorded as malformed)."""
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        chunks.append(chunk)
+        size += len(chunk)
+        if size > MAX_BODY:
+            break
+    raw = b"".join(chunks)
+    if size > MAX_BODY:
+        return raw[:MAX_BODY].decode("utf-8", "replace")
+    try:
+        return json.loads(raw)
+    except ValueError:
+        return raw.decode("utf-8", "replace")

@@ -1,0 +1,130 @@
+"""The web server's application: the JSON resume API, the inbox, health and metrics."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import jinja2
+from fastapi import FastAPI, Request
+from fastapi.responses import FileResponse, JSONResponse, RedirectResponse, Response
+from starlette.templating import Jinja2Templates
+
+from models.errors import InterludeError, InterruptNotFoundError, RunNotFoundError
+from models.inbox_queries import database_ok
+from models.settings import Settings, get_settings
+from worker.cli.output import age, timestamp, until
+from worker.flows import load_flow_modules
+from worker.web import api, inbox
+from worker.web.sessions import SessionStore, backend_for
+from worker.web.state import WebState
+from worker.web.throttle import RefusalLimiter
+
+HERE = Path(__file__).parent
+# The inbox runs no script and loads nothing from elsewhere; forms post only to itself.
+INBOX_CSP = (
+    "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; "
+    "frame-ancestors 'none'; base-uri 'none'"
+)
+
+
+def _templates() -> Jinja2Templates:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(HERE / "templates"),
+        autoescape=True,
+    )
+    env.globals.update(age=age, until=until, stamp=timestamp)
+    return Jinja2Templates(env=env)
+
+
+def _metrics() -> tuple[object, object]:
+    from prometheus_client import CollectorRegistry, Counter
+
+    registry = CollectorRegistry()
+    counter = Counter(
+        "interlude_web_throttled",
+        "Requests answered 429 because a client or actor used up its refused attempts",
+        ["scope"],
+        registry=registry,
+    )
+    return registry, counter
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    """The ASGI application ``interlude serve`` runs."""
+    settings = settings or get_settings()
+    # The gateway validates answers against input schemas the flows register.
+    load_flow_modules()
+    app = FastAPI(
+        title="interlude",
+        summary="Answer interrupts of interlude runs: the resume API and the review inbox.",
+        version="1",
+        docs_url="/docs",
+        redoc_url=None,
+    )
+    registry, counter = _metrics()
+    limiter = RefusalLimiter(
+        settings.broker_url, settings.web_client_limit, settings.web_actor_limit
+    )
+    limiter.counter = counter
+    app.state.web = WebState(
+        settings=settings,
+        sessions=SessionStore(backend_for(settings.broker_url), settings.web_session_seconds),
+        limiter=limiter,
+        templates=_templates(),
+        registry=registry,
+    )
+    app.include_router(api.router)
+    app.include_router(inbox.router)
+    _add_basics(app)
+    return app
+
+
+def _add_basics(app: FastAPI) -> None:
+    @app.middleware("http")
+    async def security_headers(
+        request: Request, call_next: Callable[[Request], Awaitable[Response]]
+    ) -> Response:
+        response = await call_next(request)
+        response.headers.setdefault("X-Content-Type-Options", "nosniff")
+        response.headers.setdefault("Referrer-Policy", "no-referrer")
+        if request.url.path.startswith("/inbox"):
+            response.headers["Content-Security-Policy"] = INBOX_CSP
+            response.headers["X-Frame-Options"] = "DENY"
+        if not request.url.path.startswith("/inbox/static"):
+            response.headers.setdefault("Cache-Control", "no-store")
+        return response
+
+    @app.exception_handler(InterruptNotFoundError)
+    @app.exception_handler(RunNotFoundError)
+    async def not_found(_request: Request, exc: Exception) -> Response:
+        return JSONResponse({"detail": str(exc)}, status_code=404)
+
+    @app.exception_handler(InterludeError)
+    async def refused(_request: Request, exc: Exception) -> Response:
+        return JSONResponse({"detail": str(exc)}, status_code=422)
+
+    @app.get("/", include_in_schema=False)
+    def root() -> Response:
+        return RedirectResponse("/inbox", status_code=303)
+
+    @app.get("/healthz", tags=["operations"])
+    def healthz() -> JSONResponse:
+        """200 when the database answers, else 503."""
+        ok = database_ok()
+        return JSONResponse(
+            {"status": "ok" if ok else "unavailable", "database": "ok" if ok else "unreachable"},
+            status_code=200 if ok else 503,
+        )
+
+    @app.get("/metrics", tags=["operations"])
+    def metrics(request: Request) -> Response:
+        """Prometheus metrics of this process (throttled requests)."""
+        from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+        body = generate_latest(request.app.state.web.registry)
+        return Response(body, media_type=CONTENT_TYPE_LATEST)
+
+    @app.get("/inbox/static/inbox.css", include_in_schema=False)
+    def stylesheet() -> Response:
+        return FileResponse(HERE / "static" / "inbox.css", media_type="text/css")

@@ -1,0 +1,33 @@
+"""Who is asking: actors authenticated by the same check the gateway uses, and client keys."""
+
+from __future__ import annotations
+
+from starlette.requests import Request
+
+from models.contracts import ActorView
+from models.db import transaction
+from worker.actors import authenticate
+
+ACTOR_HEADER = "X-Interlude-Actor"
+
+
+def authenticated(actor_id: str | None, credential: str | None) -> ActorView | None:
+    """The active actor ``actor_id`` if ``credential`` is its credential, else None."""
+    if not actor_id or not credential or len(actor_id) > 200:
+        return None
+    with transaction(readonly=True) as session:
+        actor = authenticate(session, actor_id, credential)
+        return ActorView.model_validate(actor, from_attributes=True) if actor else None
+
+
+def bearer(request: Request) -> str | None:
+    """The credential of an ``Authorization: Bearer`` header, if there is one."""
+    header = request.headers.get("authorization", "")
+    scheme, _, value = header.partition(" ")
+    if scheme.lower() != "bearer" or not value.strip():
+        return None
+    return value.strip()
+
+
+def client_of(request: Request) -> str:
+    return request.client.host if request.client is not None else "unknown"

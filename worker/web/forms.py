@@ -1,0 +1,133 @@
+"""HTML form fields from an interrupt's JSON Schema, and the submitted form back to input.
+
+The form only converts text to the schema's types; validation stays with the gateway, which
+checks the input against the schema recorded on the interrupt and names what is wrong.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+PREFIX = "input."
+
+
+@dataclass(frozen=True)
+class FormField:
+    name: str
+    label: str
+    # text | number | integer | boolean | select | json
+    widget: str
+    required: bool
+    description: str = ""
+    options: list[Any] = field(default_factory=list)
+    value: Any = None
+    minimum: float | None = None
+    maximum: float | None = None
+    min_length: int | None = None
+    max_length: int | None = None
+
+    @property
+    def input_name(self) -> str:
+        return PREFIX + self.name
+
+    @property
+    def shown(self) -> str:
+        """The value as the form shows it."""
+        if self.value is None:
+            return ""
+        if self.widget == "json":
+            return json.dumps(self.value)
+        return str(self.value)
+
+    def selected(self, option: Any) -> bool:
+        return self.value is not None and str(option) == str(self.value)
+
+
+def _resolve(schema: Mapping[str, Any], node: Mapping[str, Any]) -> Mapping[str, Any]:
+    ref = node.get("$ref")
+    if isinstance(ref, str) and ref.startswith("#/$defs/"):
+        found = schema.get("$defs", {}).get(ref.removeprefix("#/$defs/"))
+        if isinstance(found, Mapping):
+            return {**found, **{k: v for k, v in node.items() if k != "$ref"}}
+    return node
+
+
+def _plain(schema: Mapping[str, Any], node: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The one non-null alternative of ``X | None``; the node itself otherwise."""
+    node = _resolve(schema, node)
+    options = node.get("anyOf")
+    if isinstance(options, list):
+        rest = [_resolve(schema, o) for o in options if o.get("type") != "null"]
+        if len(rest) == 1:
+            merged = {**rest[0], **{k: v for k, v in node.items() if k != "anyOf"}}
+            return merged
+    return node
+
+
+def _widget(node: Mapping[str, Any]) -> str:
+    if isinstance(node.get("enum"), list):
+        return "select"
+    kind = node.get("type")
+    if kind in {"string", "number", "integer", "boolean"}:
+        return "text" if kind == "string" else str(kind)
+    return "json"
+
+
+def fields_of(
+    schema: Mapping[str, Any], values: Mapping[str, Any] | None = None
+) -> list[FormField]:
+    """One field per top-level property, in declaration order, prefilled from ``values``."""
+    required = set(schema.get("required", []))
+    fields = []
+    for name, raw in (schema.get("properties") or {}).items():
+        node = _plain(schema, raw)
+        value = (values or {}).get(name, node.get("default"))
+        fields.append(
+            FormField(
+                name=name,
+                label=str(node.get("title") or name),
+                widget=_widget(node),
+                required=name in required,
+                description=str(node.get("description") or ""),
+                options=list(node.get("enum") or []),
+                value=value,
+                minimum=node.get("minimum"),
+                maximum=node.get("maximum"),
+                min_length=node.get("minLength"),
+                max_length=node.get("maxLength"),
+            )
+        )
+    return fields
+
+
+def input_from_form(fields: list[FormField], form: Mapping[str, str]) -> dict[str, Any]:
+    """The input a submitted form stands for; a blank field is left out (its default applies)."""
+    result: dict[str, Any] = {}
+    for f in fields:
+        if f.widget == "boolean":
+            result[f.name] = f.input_name in form
+            continue
+        text = form.get(f.input_name, "")
+        if text == "":
+            continue
+        result[f.name] = _convert(f, text)
+    return result
+
+
+def _convert(f: FormField, text: str) -> Any:
+    # A value that does not convert is passed on as typed: the gateway says what is wrong.
+    try:
+        if f.widget == "integer":
+            return int(text)
+        if f.widget == "number":
+            return float(text)
+        if f.widget == "json":
+            return json.loads(text)
+    except ValueError:
+        return text
+    if f.widget == "select":
+        return next((o for o in f.options if str(o) == text), text)
+    return text

@@ -1,0 +1,297 @@
+"""The web inbox for people: sign in, see what waits for you, answer it with a generated form.
+
+Pages are rendered on the server; there is no script. Every form carries the session's CSRF
+token; every answer goes through ``submit_resume`` with the signed-in actor's credential.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import RedirectResponse, Response
+from starlette.datastructures import FormData
+
+from models.contracts import ActorView, ResumeResult
+from models.db import utcnow
+from models.enums import InterruptStatus, ResumeOutcome
+from models.errors import InterludeError, InterruptNotFoundError
+from models.inbox_queries import answerable_interrupts
+from worker.gateway import submit_resume
+from worker.interrupts import get_interrupt
+from worker.runs import get_run
+from worker.web.auth import authenticated, client_of
+from worker.web.binding import CONTRACT_LIFETIME, new_key
+from worker.web.forms import fields_of, input_from_form
+from worker.web.outcomes import headline_of, status_of
+from worker.web.sessions import COOKIE, SessionData
+from worker.web.state import web_state
+
+router = APIRouter(prefix="/inbox", include_in_schema=False)
+SIGN_IN = "/inbox/signin"
+
+
+@dataclass(frozen=True)
+class Visitor:
+    session: SessionData
+    cookie: str
+    actor: ActorView | None
+    credential: str | None
+
+
+def _visitor(request: Request) -> Visitor | None:
+    cookie = request.cookies.get(COOKIE)
+    loaded = web_state(request).sessions.load(cookie)
+    if cookie is None or loaded is None:
+        return None
+    data, credential = loaded
+    actor = authenticated(data.actor_id, credential) if credential else None
+    return Visitor(data, cookie, actor, credential)
+
+
+def _page(
+    request: Request,
+    name: str,
+    context: dict[str, Any],
+    *,
+    status: int = 200,
+    cookie: str | None = None,
+) -> Response:
+    state = web_state(request)
+    response = state.templates.TemplateResponse(request, name, context, status_code=status)
+    if cookie is not None:
+        _set_cookie(request, response, cookie)
+    return response
+
+
+def _set_cookie(request: Request, response: Response, cookie: str) -> None:
+    settings = web_state(request).settings
+    response.set_cookie(
+        COOKIE,
+        cookie,
+        max_age=settings.web_session_seconds,
+        path="/",
+        httponly=True,
+        samesite="strict",
+        secure=settings.web_secure_cookie,
+    )
+
+
+def _to_signin() -> Response:
+    return RedirectResponse(SIGN_IN, status_code=303)
+
+
+def _csrf_ok(visitor: Visitor | None, form: FormData) -> bool:
+    sent = form.get("csrf")
+    if visitor is None or not isinstance(sent, str):
+        return False
+    return hmac.compare_digest(visitor.session.csrf.encode(), sent.encode())
+
+
+def _csrf_refused(request: Request) -> Response:
+    return _page(
+        request,
+        "message.html",
+        {
+            "title": "Form refused",
+            "message": "The form was not accepted: its CSRF token is missing or wrong. "
+            "Reload the page and try again.",
+        },
+        status=403,
+    )
+
+
+def _throttled(request: Request) -> Response:
+    return _page(
+        request,
+        "message.html",
+        {
+            "title": "Too many attempts",
+            "message": "Too many refused attempts from here or for this actor. Wait a minute "
+            "and try again.",
+        },
+        status=429,
+    )
+
+
+@router.get("")
+def inbox(request: Request, cursor: str | None = None, kind: str | None = None) -> Response:
+    visitor = _visitor(request)
+    if visitor is None or visitor.actor is None:
+        return _to_signin()
+    try:
+        page = answerable_interrupts(
+            visitor.actor.roles, actor_id=visitor.actor.id, cursor=cursor, kind=kind
+        )
+    except InterludeError as exc:
+        return _page(request, "message.html", {"title": "Inbox", "message": str(exc)}, status=422)
+    return _page(request, "inbox.html", {"visitor": visitor, "page": page, "kind": kind or ""})
+
+
+@router.get("/signin")
+def signin_form(request: Request) -> Response:
+    visitor = _visitor(request)
+    if visitor is not None and visitor.actor is not None:
+        return RedirectResponse("/inbox", status_code=303)
+    cookie = None
+    if visitor is None:
+        # An anonymous session only carries the CSRF token of the sign-in form.
+        cookie = web_state(request).sessions.start()
+        loaded = web_state(request).sessions.load(cookie)
+        assert loaded is not None
+        csrf = loaded[0].csrf
+    else:
+        csrf = visitor.session.csrf
+    return _page(request, "signin.html", {"csrf": csrf, "error": None}, cookie=cookie)
+
+
+@router.post("/signin")
+async def signin(request: Request) -> Response:
+    form = await request.form()
+    visitor = await run_in_threadpool(_visitor, request)
+    if not _csrf_ok(visitor, form):
+        return _csrf_refused(request)
+    assert visitor is not None
+    actor_id = str(form.get("actor_id") or "").strip()
+    credential = str(form.get("credential") or "").strip()
+    state = web_state(request)
+    client = client_of(request)
+    if await run_in_threadpool(state.limiter.check, client, actor_id) is not None:
+        return _throttled(request)
+    actor = await run_in_threadpool(authenticated, actor_id, credential)
+    if actor is None:
+        await run_in_threadpool(state.limiter.refused, client, actor_id)
+        context = {
+            "csrf": visitor.session.csrf,
+            "error": "Unknown actor, revoked actor or wrong credential.",
+            "actor_id": actor_id,
+        }
+        return _page(request, "signin.html", context, status=401)
+    # A new session id at sign-in: a session planted before it is worth nothing after.
+    state.sessions.end(visitor.cookie)
+    cookie = state.sessions.start(actor.id, credential)
+    response = RedirectResponse("/inbox", status_code=303)
+    _set_cookie(request, response, cookie)
+    return response
+
+
+@router.post("/signout")
+async def signout(request: Request) -> Response:
+    form = await request.form()
+    visitor = await run_in_threadpool(_visitor, request)
+    if not _csrf_ok(visitor, form):
+        return _csrf_refused(request)
+    assert visitor is not None
+    web_state(request).sessions.end(visitor.cookie)
+    response = _to_signin()
+    response.delete_cookie(COOKIE, path="/")
+    return response
+
+
+@router.get("/interrupts/{interrupt_id}")
+def interrupt_page(request: Request, interrupt_id: str) -> Response:
+    visitor = _visitor(request)
+    if visitor is None or visitor.actor is None:
+        return _to_signin()
+    try:
+        interrupt = get_interrupt(interrupt_id)
+    except InterruptNotFoundError as exc:
+        return _page(
+            request, "message.html", {"title": "Not found", "message": str(exc)}, status=404
+        )
+    context = {
+        "visitor": visitor,
+        "interrupt": interrupt,
+        "pending": interrupt.status == InterruptStatus.PENDING.value,
+        "fields": fields_of(interrupt.json_schema, interrupt.previous_input),
+        "may_answer": bool(set(visitor.actor.roles) & set(interrupt.roles)),
+        "idempotency_key": new_key(visitor.actor.id),
+        "expires_at": (utcnow() + CONTRACT_LIFETIME).isoformat(),
+        "pretty": _pretty,
+    }
+    return _page(request, "interrupt.html", context)
+
+
+@router.post("/interrupts/{interrupt_id}")
+async def answer(request: Request, interrupt_id: str) -> Response:
+    form = await request.form()
+    visitor = await run_in_threadpool(_visitor, request)
+    if visitor is None or visitor.credential is None:
+        return _to_signin()
+    if not _csrf_ok(visitor, form):
+        return _csrf_refused(request)
+    state = web_state(request)
+    client = client_of(request)
+    actor_id = visitor.session.actor_id
+    if await run_in_threadpool(state.limiter.check, client, actor_id) is not None:
+        return _throttled(request)
+    return await run_in_threadpool(_answer, request, visitor, interrupt_id, form, client)
+
+
+def _answer(
+    request: Request, visitor: Visitor, interrupt_id: str, form: FormData, client: str
+) -> Response:
+    try:
+        interrupt = get_interrupt(interrupt_id)
+    except InterruptNotFoundError as exc:
+        return _page(
+            request, "message.html", {"title": "Not found", "message": str(exc)}, status=404
+        )
+    decision = str(form.get("decision") or "")
+    fields = fields_of(interrupt.json_schema)
+    text_form = {k: v for k, v in form.multi_items() if isinstance(v, str)}
+    # Reject releases the run with no input: a rejection need not fill the form.
+    submitted = input_from_form(fields, text_form) if decision == "approved" else {}
+    contract = {
+        "schema_version": "resume.v1",
+        "run_id": text_form.get("run_id"),
+        "checkpoint_id": text_form.get("checkpoint_id"),
+        "interrupt_id": interrupt_id,
+        "actor": {"type": "human", "id": visitor.session.actor_id},
+        "decision": decision,
+        "input": submitted,
+        "scope": _json(text_form.get("scope", "null")),
+        "evidence_hash": text_form.get("evidence_hash"),
+        "idempotency_key": text_form.get("idempotency_key"),
+        "expires_at": text_form.get("expires_at"),
+    }
+    assert visitor.credential is not None
+    result = submit_resume(contract, visitor.credential)
+    if result.outcome is not ResumeOutcome.ACCEPTED:
+        web_state(request).limiter.refused(client, visitor.session.actor_id)
+    context = {"visitor": visitor, "interrupt": interrupt, "result": result, "pretty": _pretty}
+    context.update(_explain(result, interrupt.run_id, interrupt.id))
+    return _page(request, "outcome.html", context, status=status_of(result.outcome))
+
+
+def _explain(result: ResumeResult, run_id: str, interrupt_id: str) -> dict[str, Any]:
+    """What the outcome page says beyond the headline: the run's state, the newer interrupt."""
+    context: dict[str, Any] = {"headline": headline_of(result.outcome), "newer": None}
+    if result.outcome in {ResumeOutcome.ACCEPTED, ResumeOutcome.DUPLICATE}:
+        context["run_state"] = get_run(run_id).state
+    if result.outcome is ResumeOutcome.STALE:
+        current = get_interrupt(interrupt_id)
+        newer = current.superseded_by
+        if newer is None:
+            waiting = [i.id for i in get_run(run_id).pending_interrupts if i.id != interrupt_id]
+            newer = waiting[0] if waiting else None
+        context["newer"] = newer
+        context["current_status"] = current.status
+    if result.outcome is ResumeOutcome.RENEWED_REVIEW_REQUIRED and result.new_interrupt_id:
+        context["renewed"] = get_interrupt(result.new_interrupt_id)
+    return context
+
+
+def _json(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def _pretty(value: Any) -> str:
+    return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False, default=str)

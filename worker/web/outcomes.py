@@ -1,0 +1,40 @@
+"""What each resume outcome means over HTTP: a status code for programs, words for people."""
+
+from __future__ import annotations
+
+from models.enums import ResumeOutcome
+
+STATUS = {
+    ResumeOutcome.ACCEPTED: 202,
+    ResumeOutcome.DUPLICATE: 200,
+    ResumeOutcome.MALFORMED: 422,
+    ResumeOutcome.UNAUTHENTICATED: 401,
+    ResumeOutcome.STALE: 409,
+    ResumeOutcome.EXPIRED: 410,
+    ResumeOutcome.DENIED: 403,
+    ResumeOutcome.INVALID_INPUT: 422,
+    ResumeOutcome.RENEWED_REVIEW_REQUIRED: 409,
+}
+
+HEADLINE = {
+    ResumeOutcome.ACCEPTED: "Accepted: your answer was recorded and the run continues.",
+    ResumeOutcome.DUPLICATE: "Duplicate: this answer was already submitted; nothing happened "
+    "a second time.",
+    ResumeOutcome.MALFORMED: "Not understood: the answer could not be read as a resume.",
+    ResumeOutcome.UNAUTHENTICATED: "Not signed in: your credential was not accepted.",
+    ResumeOutcome.STALE: "Stale: this interrupt is no longer waiting for this answer.",
+    ResumeOutcome.EXPIRED: "Expired: the time to answer this interrupt is over.",
+    ResumeOutcome.DENIED: "Denied: you may not answer this interrupt.",
+    ResumeOutcome.INVALID_INPUT: "Invalid input: the form's values do not fit what was asked.",
+    ResumeOutcome.RENEWED_REVIEW_REQUIRED: "Review again: the evidence changed while the run "
+    "waited, so a new review is required.",
+}
+
+
+def status_of(outcome: ResumeOutcome) -> int:
+    # An outcome added to the gateway later is at least a refusal, never a success.
+    return STATUS.get(outcome, 409)
+
+
+def headline_of(outcome: ResumeOutcome) -> str:
+    return HEADLINE.get(outcome, f"Refused: {outcome.value}.")

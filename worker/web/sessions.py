@@ -1,0 +1,141 @@
+"""Server-side sessions of the web inbox: the cookie holds only random values.
+
+The cookie is ``<session id>.<pad>``. The store keeps the session under the sha256 of the id
+and the actor's credential XOR-ed with the pad, so neither the store nor the cookie alone
+reveals the credential; together they let every answer go through ``submit_resume`` with the
+real credential (a revoked actor is refused there, as anywhere). Sessions live in Redis when
+the broker is Redis (several ``interlude serve`` processes share them) and in this process's
+memory on the embedded default (one process; a restart signs everyone out).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import secrets
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+COOKIE = "interlude_session"
+KEY_PREFIX = "interlude:web:session:"
+
+
+@dataclass(frozen=True)
+class SessionData:
+    csrf: str
+    actor_id: str | None = None
+    # The credential XOR the cookie's pad (base64); None before sign-in.
+    sealed: str | None = None
+
+
+class Backend(Protocol):
+    def put(self, key: str, value: str, ttl: int) -> None: ...
+    def get(self, key: str) -> str | None: ...
+    def delete(self, key: str) -> None: ...
+
+
+class MemoryBackend:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._items: dict[str, tuple[float, str]] = {}
+
+    def put(self, key: str, value: str, ttl: int) -> None:
+        now = time.monotonic()
+        with self._lock:
+            # Forget expired sessions as new ones come, so memory follows the live ones.
+            for old in [k for k, (until, _) in self._items.items() if until <= now]:
+                del self._items[old]
+            self._items[key] = (now + ttl, value)
+
+    def get(self, key: str) -> str | None:
+        with self._lock:
+            found = self._items.get(key)
+        if found is None or found[0] <= time.monotonic():
+            return None
+        return found[1]
+
+    def delete(self, key: str) -> None:
+        with self._lock:
+            self._items.pop(key, None)
+
+
+class RedisBackend:
+    def __init__(self, url: str) -> None:
+        import redis
+
+        self._client = redis.Redis.from_url(url)
+
+    def put(self, key: str, value: str, ttl: int) -> None:
+        self._client.set(key, value, ex=ttl)
+
+    def get(self, key: str) -> str | None:
+        value: Any = self._client.get(key)
+        return value.decode() if isinstance(value, bytes) else None
+
+    def delete(self, key: str) -> None:
+        self._client.delete(key)
+
+
+def backend_for(broker_url: str) -> Backend:
+    if broker_url.startswith(("redis://", "rediss://")):
+        return RedisBackend(broker_url)
+    return MemoryBackend()
+
+
+def _b64(raw: bytes) -> str:
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def _unb64(text: str) -> bytes:
+    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+
+
+def _xor(data: bytes, pad: bytes) -> bytes:
+    return bytes(a ^ b for a, b in zip(data, pad, strict=True))
+
+
+class SessionStore:
+    def __init__(self, backend: Backend, ttl: int) -> None:
+        self.backend = backend
+        self.ttl = ttl
+
+    def _key(self, session_id: str) -> str:
+        return KEY_PREFIX + hashlib.sha256(session_id.encode()).hexdigest()
+
+    def start(self, actor_id: str | None = None, credential: str | None = None) -> str:
+        """A new session; returns the cookie value (the only place its id and pad exist)."""
+        session_id = secrets.token_urlsafe(32)
+        sealed = pad = None
+        if credential is not None:
+            data = credential.encode("utf-8", "surrogatepass")
+            pad = secrets.token_bytes(len(data))
+            sealed = _b64(_xor(data, pad))
+        record = {"csrf": secrets.token_urlsafe(32), "actor_id": actor_id, "sealed": sealed}
+        self.backend.put(self._key(session_id), json.dumps(record), self.ttl)
+        return f"{session_id}.{_b64(pad) if pad is not None else ''}"
+
+    def load(self, cookie: str | None) -> tuple[SessionData, str | None] | None:
+        """The session a cookie names and the credential it unseals (None when signed out)."""
+        if not cookie or "." not in cookie:
+            return None
+        session_id, _, pad_text = cookie.partition(".")
+        stored = self.backend.get(self._key(session_id))
+        if stored is None:
+            return None
+        record = json.loads(stored)
+        data = SessionData(record["csrf"], record.get("actor_id"), record.get("sealed"))
+        if data.sealed is None or data.actor_id is None:
+            return data, None
+        try:
+            sealed, pad = _unb64(data.sealed), _unb64(pad_text)
+            credential = _xor(sealed, pad).decode("utf-8", "surrogatepass")
+        except (ValueError, UnicodeDecodeError):
+            return None
+        return data, credential
+
+    def end(self, cookie: str | None) -> None:
+        if cookie:
+            self.backend.delete(self._key(cookie.partition(".")[0]))
