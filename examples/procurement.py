@@ -67,9 +67,13 @@ class Certificate(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    certificate_id: str = Field(min_length=1, max_length=200)
-    engineer: str = Field(min_length=1, max_length=200)
-    conclusion: Literal["fit_for_purpose", "not_fit_for_purpose"]
+    certificate_id: str = Field(
+        min_length=1, max_length=200, description="the number on the signed certificate"
+    )
+    engineer: str = Field(min_length=1, max_length=200, description="who signed it")
+    conclusion: Literal["fit_for_purpose", "not_fit_for_purpose"] = Field(
+        description="whether the items as requested are fit for their purpose"
+    )
     notes: str = ""
 
 

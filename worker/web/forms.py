@@ -77,12 +77,23 @@ def _widget(node: Mapping[str, Any]) -> str:
 
 
 def fields_of(
-    schema: Mapping[str, Any], values: Mapping[str, Any] | None = None
+    schema: Mapping[str, Any],
+    values: Mapping[str, Any] | None = None,
+    order: list[str] | None = None,
 ) -> list[FormField]:
-    """One field per top-level property, in declaration order, prefilled from ``values``."""
-    required = set(schema.get("required", []))
+    """One field per top-level property, prefilled from ``values``.
+
+    In ``order`` when given (the model's declaration order); else required fields first, as
+    the schema lists them: a stored schema (JSONB) need not keep its properties' order.
+    """
+    required = list(schema.get("required", []))
+    properties: Mapping[str, Any] = schema.get("properties") or {}
+    names = [n for n in order or [] if n in properties]
+    names += [n for n in required if n in properties and n not in names]
+    names += [n for n in properties if n not in names]
     fields = []
-    for name, raw in (schema.get("properties") or {}).items():
+    for name in names:
+        raw = properties[name]
         node = _plain(schema, raw)
         value = (values or {}).get(name, node.get("default"))
         fields.append(
@@ -90,7 +101,7 @@ def fields_of(
                 name=name,
                 label=str(node.get("title") or name),
                 widget=_widget(node),
-                required=name in required,
+                required=name in set(required),
                 description=str(node.get("description") or ""),
                 options=list(node.get("enum") or []),
                 value=value,

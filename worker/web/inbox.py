@@ -16,7 +16,7 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import RedirectResponse, Response
 from starlette.datastructures import FormData
 
-from models.contracts import ActorView, ResumeResult
+from models.contracts import ActorView, InterruptView, ResumeResult
 from models.db import utcnow
 from models.enums import InterruptStatus, ResumeOutcome
 from models.errors import InterludeError, InterruptNotFoundError
@@ -24,6 +24,7 @@ from models.inbox_queries import answerable_interrupts
 from worker.gateway import submit_resume
 from worker.interrupts import get_interrupt
 from worker.runs import get_run
+from worker.schemas import json_schema_of, lookup
 from worker.web.auth import authenticated, client_of
 from worker.web.binding import CONTRACT_LIFETIME, new_key
 from worker.web.forms import fields_of, input_from_form
@@ -207,11 +208,15 @@ def interrupt_page(request: Request, interrupt_id: str) -> Response:
         "visitor": visitor,
         "interrupt": interrupt,
         "pending": interrupt.status == InterruptStatus.PENDING.value,
-        "fields": fields_of(interrupt.json_schema, interrupt.previous_input),
+        "fields": fields_of(
+            interrupt.json_schema, interrupt.previous_input, _declared_order(interrupt)
+        ),
         "may_answer": bool(set(visitor.actor.roles) & set(interrupt.roles)),
         "idempotency_key": new_key(visitor.actor.id),
         "expires_at": (utcnow() + CONTRACT_LIFETIME).isoformat(),
         "pretty": _pretty,
+        # Sent back as submitted: the scope is bound to what the responder was shown.
+        "scope_json": json.dumps(interrupt.scope),
     }
     return _page(request, "interrupt.html", context)
 
@@ -284,6 +289,14 @@ def _explain(result: ResumeResult, run_id: str, interrupt_id: str) -> dict[str, 
     if result.outcome is ResumeOutcome.RENEWED_REVIEW_REQUIRED and result.new_interrupt_id:
         context["renewed"] = get_interrupt(result.new_interrupt_id)
     return context
+
+
+def _declared_order(interrupt: InterruptView) -> list[str] | None:
+    """The input model's field order, when this process has the schema the interrupt recorded."""
+    model = lookup(interrupt.schema_name, interrupt.schema_version)
+    if model is None or json_schema_of(model) != interrupt.json_schema:
+        return None
+    return list(model.model_fields)
 
 
 def _json(text: str) -> Any:
