@@ -1,4 +1,4 @@
-# One image for every interlude process of docker-compose.yml: migrate, worker, beat, flower.
+# One image for every interlude process of docker-compose.yml: migrate, worker, beat, flower, web.
 FROM python:3.11-slim
 
 ENV PYTHONDONTWRITEBYTECODE=1 \

@@ -35,6 +35,8 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
         "models/migrations/versions/0001_initial_schema.py",
         "worker/py.typed",
         "worker/cli/__init__.py",
+        "worker/web/templates/interrupt.html",
+        "worker/web/static/inbox.css",
     ):
         assert needed in names, needed
     return target

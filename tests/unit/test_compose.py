@@ -16,7 +16,7 @@ import yaml
 from models.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
-SERVICES = {"redis", "postgres", "migrate", "worker", "beat", "flower"}
+SERVICES = {"redis", "postgres", "migrate", "worker", "beat", "flower", "web"}
 OUR_SERVICES = SERVICES - {"redis", "postgres"}
 # Read by beat_schedule.py rather than by the settings object.
 BEAT_VARIABLES = {"INTERLUDE_SWEEP_INTERVAL", "INTERLUDE_REAP_INTERVAL"}
@@ -78,9 +78,21 @@ def test_settings_in_the_stack_are_ones_interlude_reads(compose: dict[str, Any])
     assert f"{port}:{port}" in worker["ports"]
 
 
+def test_the_web_inbox_listens_on_its_published_port(compose: dict[str, Any]) -> None:
+    web = compose["services"]["web"]
+    assert command_of(web)[:2] == ["interlude", "serve"]
+    env = web["environment"]
+    # Reachable from outside its container, on the port the stack publishes.
+    assert env["INTERLUDE_WEB_HOST"] == "0.0.0.0"
+    port = env["INTERLUDE_WEB_PORT"]
+    assert f"{port}:{port}" in web["ports"]
+    assert f":{port}" in env["INTERLUDE_WEB_BASE_URL"]
+    assert f":{port}/healthz" in " ".join(web["healthcheck"]["test"])
+
+
 def test_the_migration_runs_before_the_processes(compose: dict[str, Any]) -> None:
     services = compose["services"]
-    for name in ("worker", "beat", "flower"):
+    for name in ("worker", "beat", "flower", "web"):
         condition = services[name]["depends_on"]["migrate"]["condition"]
         assert condition == "service_completed_successfully"
     assert services["migrate"]["depends_on"]["postgres"]["condition"] == "service_healthy"
