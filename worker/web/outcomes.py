@@ -14,6 +14,9 @@ STATUS = {
     ResumeOutcome.DENIED: 403,
     ResumeOutcome.INVALID_INPUT: 422,
     ResumeOutcome.RENEWED_REVIEW_REQUIRED: 409,
+    # This process loads no flow that registers the interrupt's schema: a deployment problem
+    # (the answer may be accepted by a server that has the flow), not the caller's.
+    ResumeOutcome.UNKNOWN_SCHEMA: 503,
 }
 
 HEADLINE = {
@@ -28,6 +31,8 @@ HEADLINE = {
     ResumeOutcome.INVALID_INPUT: "Invalid input: the form's values do not fit what was asked.",
     ResumeOutcome.RENEWED_REVIEW_REQUIRED: "Review again: the evidence changed while the run "
     "waited, so a new review is required.",
+    ResumeOutcome.UNKNOWN_SCHEMA: "Cannot check the answer here: this server does not load the "
+    "flow that defines the interrupt's input form. Nothing was changed.",
 }
 
 
