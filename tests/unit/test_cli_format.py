@@ -138,7 +138,7 @@ def test_every_verb_has_help(capsys: pytest.CaptureFixture[str]) -> None:
         "db upgrade",
         "flows list",
         "flows check",
-        *("sweep", "reap", "stats", "metrics", "demo"),
+        *("sweep", "reap", "stats", "metrics", "demo", "serve"),
     }
     for verb in verbs:
         assert main([*verb, "--help"]) == 0
