@@ -15,6 +15,7 @@ def register(sub: Subparsers, common: Parser) -> None:
         "serve",
         _serve,
         "serve the JSON resume API and the web inbox (OpenAPI at /docs)",
+        common,
         description=(
             "Serve the JSON resume API (/v1, OpenAPI at /docs) and the web inbox (/inbox)\n"
             "over the resume gateway. Host and port default to INTERLUDE_WEB_HOST and\n"
@@ -42,6 +43,9 @@ def _serve(args: argparse.Namespace, out: Output) -> int:
     # interlude's own records (resume outcomes, throttling) next to uvicorn's access log.
     logging.basicConfig(level=logging.INFO, format="%(levelname)s:     %(name)s: %(message)s")
     app = create_app(settings)
-    out.line(f"interlude serve: {settings.inbox_url()}/inbox (API docs at /docs)")
+    if out.as_json:
+        out.json({"inbox": f"{settings.inbox_url()}/inbox", "docs": f"{settings.inbox_url()}/docs"})
+    else:
+        out.line(f"interlude serve: {settings.inbox_url()}/inbox (API docs at /docs)")
     uvicorn.run(app, host=settings.web_host, port=settings.web_port, log_level="info")
     return OK
