@@ -6,6 +6,7 @@ recorded exactly as ``submit_resume`` records it.
 
 from __future__ import annotations
 
+import re
 import uuid
 from dataclasses import dataclass
 from datetime import timedelta
@@ -298,6 +299,13 @@ def test_a_flood_of_refusals_from_one_client_gets_429_and_is_counted_not_stored(
     assert 'interlude_web_throttled_total{scope="client"} 18.0' in metrics
     assert server.output().count("is throttled") == 1
     assert get_run(run_id).state == "waiting"
+    # And the same client cannot go on guessing credentials at the inbox's sign-in either
+    with httpx.Client(base_url=server.url) as browser:
+        page = browser.get("/inbox/signin").text
+        csrf = re.search(r'name="csrf" value="([^"]+)"', page)
+        assert csrf is not None
+        signin = {"csrf": csrf.group(1), "actor_id": "alice", "credential": "ilc_guess"}
+        assert browser.post("/inbox/signin", data=signin).status_code == 429
 
 
 @pytest.mark.slow
