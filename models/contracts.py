@@ -98,6 +98,9 @@ class InterruptDecl(InterruptFields):
     """A checked interrupt declaration (built by ``ctx.interrupt``), ready to be stored."""
 
     expires_in: float
+    # A renewed review on a newer flow version: the answer it asks again, and that answer.
+    supersedes: str | None = None
+    previous_input: dict[str, Any] | None = None
 
 
 class InterruptView(InterruptFields):

@@ -86,6 +86,7 @@ class EventKind(StrEnum):
     REVIEW_RENEWED = "review_renewed"
     PAUSE_REQUESTED = "pause_requested"
     MIGRATE = "migrate"
+    ANSWER_CARRIED = "answer_carried"
     REFUSED = "refused"
     # Repeated work (counted by stats): one event per re-execution, counters carry {"count": n}.
     STEP_REEXECUTED = "step_reexecuted"

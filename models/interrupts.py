@@ -65,7 +65,11 @@ def new_interrupt(
 
 
 def interrupt_event(interrupt_id: str, decl: InterruptDecl) -> tuple[EventKind, Any]:
-    return EventKind.INTERRUPT, {"interrupt_id": interrupt_id, "name": decl.name, "kind": decl.kind}
+    detail = {"interrupt_id": interrupt_id, "name": decl.name, "kind": decl.kind}
+    if decl.supersedes:
+        # A renewed review on a newer flow version names the answer it asks again.
+        detail["renews"] = decl.supersedes
+    return EventKind.INTERRUPT, detail
 
 
 def transition(session: Session, interrupt: Interrupt, trigger: str, **values: Any) -> bool:
@@ -96,9 +100,31 @@ def supersede(
     It inherits everything but ``changes`` and its own identity; its deadline keeps the old
     one's duration unless ``changes`` sets one. None if ``old`` was no longer pending.
     """
+    renewed = _successor(old, changes)
+    if not transition(session, old, "supersede", superseded_by=renewed.id, resolved_by=resolved_by):
+        return None
+    session.add(renewed)
+    session.flush()
+    return renewed
+
+
+def ask_again(session: Session, answered: Interrupt, **changes: Any) -> Interrupt:
+    """A new pending interrupt asking what ``answered`` asked, on a newer flow version.
+
+    ``answered`` keeps its answer and status (it is history); the new one points at it
+    (``supersedes``) and is resolved with the same answer, or stays pending for a renewed
+    review. Its deadline keeps the old one's duration unless ``changes`` sets one.
+    """
+    asked = _successor(answered, changes)
+    session.add(asked)
+    session.flush()
+    return asked
+
+
+def _successor(old: Interrupt, changes: dict[str, Any]) -> Interrupt:
     now = utcnow()
     columns = {c: getattr(old, c) for c in INTERRUPTS.columns.keys() if c not in NOT_INHERITED}  # noqa: SIM118
-    renewed = Interrupt(
+    return Interrupt(
         **{
             **columns,
             "deadline": now + (old.deadline - old.created_at),
@@ -109,11 +135,6 @@ def supersede(
             "created_at": now,
         }
     )
-    if not transition(session, old, "supersede", superseded_by=renewed.id, resolved_by=resolved_by):
-        return None
-    session.add(renewed)
-    session.flush()
-    return renewed
 
 
 def lock(session: Session, interrupt_id: str) -> Interrupt | None:

@@ -128,6 +128,17 @@ def record_refusal_once(session: Session, run_id: str, *, actor: str, reason: st
     return True
 
 
+def last_event_detail(session: Session, run_id: str, kind: EventKind) -> Any:
+    """The detail of the run's latest event of ``kind`` (None if it has none)."""
+    found = session.execute(
+        select(Event.detail)
+        .where(Event.run_id == run_id, Event.trigger == EventKind(kind).value)
+        .order_by(Event.id.desc())
+        .limit(1)
+    ).first()
+    return None if found is None else found[0]
+
+
 # --- runs and checkpoints ----------------------------------------------------------------------
 
 

@@ -16,7 +16,7 @@ from models.errors import BudgetRejectedError
 from worker.declarations import InterruptArgs, Suspend, declare
 from worker.effects import perform
 from worker.flows import Flow
-from worker.schemas import BudgetGrant, lookup
+from worker.schemas import BudgetGrant, lookup, schema_id_of
 
 T = TypeVar("T")
 BUDGET_EXPIRES_IN = 7 * 24 * 3600
@@ -45,6 +45,8 @@ class ResolvedInterrupt:
     decision: str
     resume_input: dict[str, Any] | None
     resolved_by: str
+    # Carried from an older flow version when the run migrated (``worker.migration``).
+    carried: bool = False
 
 
 @dataclass
@@ -101,10 +103,27 @@ class StepContext:
         The declaration takes ``kind``, ``input`` (the schema), ``authority``, ``expires_in``
         and the optional fields of ``InterruptArgs``.
         """
-        resumed = self.resume_value(name)
-        if resumed is not None:
-            return resumed
-        raise Suspend(declare(name, **declaration))
+        found = self.resolved.get(name)
+        # An answer binds to its interrupt's name and schema: a version that asks with another
+        # schema asks again.
+        if found is not None and (found.schema_name, found.schema_version) == schema_id_of(
+            declaration["input"]
+        ):
+            resumed = self.resume_value(name)
+            if resumed is not None:
+                return resumed
+        decl = declare(name, **declaration)
+        renews = found if found is not None and found.carried else self._carried_answer()
+        if renews is not None:
+            # A newer version does not ask what was answered: a renewed review, the old
+            # answer kept.
+            decl = decl.model_copy(
+                update={"supersedes": renews.id, "previous_input": renews.resume_input}
+            )
+        raise Suspend(decl)
+
+    def _carried_answer(self) -> ResolvedInterrupt | None:
+        return next((r for r in self.resolved.values() if r.carried), None)
 
     def consume(self, units: float) -> None:
         """Spend ``units`` of the run's allowance; when it runs out, wait for a budget grant."""

@@ -38,6 +38,7 @@ from worker.actors import authenticate
 from worker.declarations import PAUSE_INTERRUPT
 from worker.flows import Flow, Migration, RevalidationContext, continuation, load_flow_modules
 from worker.interrupts import notify, view
+from worker.migration import DEFERRED
 from worker.schemas import BudgetGrant, json_schema_of, lookup
 
 log = logging.getLogger(__name__)
@@ -121,7 +122,15 @@ def _decide_once(contract: ResumeContract, credential: str, attempt: _Attempt) -
         try:
             interrupt, run, flow, submitted, new_interrupt = _check(session, contract, credential)
             if new_interrupt is None:
-                result = _accept(session, contract, submitted, attempt, interrupt, run)
+                result = _accept(
+                    session,
+                    contract,
+                    submitted,
+                    attempt,
+                    interrupt,
+                    run,
+                    revalidated=flow is not None,
+                )
         except Refusal as refusal:
             return _insert(session, attempt, refusal.outcome, refusal.reason)
         if new_interrupt is not None and flow is not None:
@@ -303,8 +312,14 @@ def _accept(
     attempt: _Attempt,
     interrupt: Interrupt,
     run: Run,
+    *,
+    revalidated: bool = True,
 ) -> ResumeResult:
-    """Check 9: resolve the interrupt and move the run to ``resuming``, all or nothing."""
+    """Check 9: resolve the interrupt and move the run to ``resuming``, all or nothing.
+
+    Without the flow's code here, check 8 is left to the worker that continues the run
+    (``revalidation: deferred`` on the event).
+    """
     now = utcnow()
     actor = f"{contract.actor.type}:{contract.actor.id}"
     fields: dict[str, Any] = {"dispatched_at": now}
@@ -320,7 +335,11 @@ def _accept(
             run,
             EventKind.ACCEPT_RESUME,
             actor=actor,
-            detail={"interrupt_id": interrupt.id, "decision": contract.decision.value},
+            detail={
+                "interrupt_id": interrupt.id,
+                "decision": contract.decision.value,
+                **({} if revalidated else {"revalidation": DEFERRED}),
+            },
             **fields,
         )
     except StaleStateError as exc:

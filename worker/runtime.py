@@ -12,7 +12,7 @@ import os
 import socket
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Any
 
@@ -31,6 +31,7 @@ from models.errors import (
     FlowVersionError,
     InterludeError,
     StaleStateError,
+    UnknownFlowError,
     UnknownStepError,
 )
 from models.settings import get_settings
@@ -41,6 +42,8 @@ from worker.declarations import PAUSE_INTERRUPT, Suspend, declare
 from worker.flows import Flow, Migration, StepDef, continuation
 from worker.interrupts import notify
 from worker.lease import keeper
+from worker.migration import carry, deferred_revalidation
+from worker.migration import plan as migration_plan
 from worker.reconcile import settle_pending_effects
 from worker.schemas import OperatorRelease
 
@@ -145,6 +148,15 @@ def _discard(run_id: str, exc: InterludeError) -> None:
 
 
 def _claim(run_id: str, owner: str) -> Claimed | None:
+    waiting: list[tuple[Flow, Interrupt]] = []
+    claimed = _claim_run(run_id, owner, waiting)
+    # A run renewed for review on a newer version waits now: notify once it is committed.
+    for flow, interrupt in waiting:
+        notify(flow, interrupt)
+    return claimed
+
+
+def _claim_run(run_id: str, owner: str, waiting: list[tuple[Flow, Interrupt]]) -> Claimed | None:
     with transaction() as session:
         found = store.load_claimable(session, run_id)
         if found is None:
@@ -153,8 +165,14 @@ def _claim(run_id: str, owner: str) -> Claimed | None:
         try:
             flow, migration = continuation(run.flow_name, run.flow_version, run_id=run.id)
             step = flow.get_step(run.next_step or "")
-            migrated = _migrated(run, checkpoint, bool(answered), flow, migration)
-        except (FlowVersionError, UnknownStepError, FlowDefinitionError) as exc:
+            migrated = _migrated(run, checkpoint, flow, migration)
+            if migrated is not None:
+                carries = migration_plan(run, answered, migrated.state, flow)
+            else:
+                carries = deferred_revalidation(session, run, checkpoint, answered, flow)
+                # The evidence changed: the answers move to a checkpoint of the same state.
+                migrated = _same_state(run, checkpoint) if carries else None
+        except (FlowVersionError, UnknownFlowError, UnknownStepError, FlowDefinitionError) as exc:
             # Fail closed: the run stays where it is and the operator sees why (once: the
             # reaper republishes the run until a worker that can continue it takes it).
             store.record_refusal_once(session, run.id, actor=f"worker:{owner}", reason=str(exc))
@@ -166,7 +184,14 @@ def _claim(run_id: str, owner: str) -> Claimed | None:
         facts: list[tuple[EventKind, Any]] = []
         if migrated is not None:
             fields = {"flow_version": flow.version, "checkpoint_seq": migrated.seq}
-            detail = {"from": old_version, "to": flow.version, "checkpoint": migrated.seq}
+        if migrated is not None and migration is not None:
+            detail: dict[str, Any] = {
+                "from": old_version,
+                "to": flow.version,
+                "checkpoint": migrated.seq,
+            }
+            if carries:
+                detail["answers"] = [c.answered.id for c in carries]
             facts.append((EventKind.MIGRATE, detail))
         executions = run.step_executions + 1
         if executions > 1:
@@ -183,31 +208,31 @@ def _claim(run_id: str, owner: str) -> Claimed | None:
         )
         if claimed is None:
             return None
-        if migrated is not None:
-            checkpoint = migrated
         # The ledger is read now only when effects wait to be settled; otherwise an effect
         # reads it only if its key turns out to be taken (a query saved on the hot path).
         ledger = load_ledger(session, run.id) if found.unsettled else None
-        resolved = {row.name: _resolved(row) for row in answered} if migrated is None else {}
+        resolved = {row.name: _resolved(row) for row in answered}
+        if migrated is not None:
+            checkpoint = migrated
+            carried = carry(session, run, carries, migrated, actor=f"worker:{owner}")
+            if carried.waiting:
+                waiting.extend((flow, interrupt) for interrupt in carried.waiting)
+                return None
+            # Answers carried onto the new version: a step asking otherwise renews the review.
+            resolved = {row.name: replace(_resolved(row), carried=True) for row in carried.resolved}
         return Claimed(run, flow, step, checkpoint, resolved, ledger, resuming)
 
 
 def _migrated(
-    run: Run, checkpoint: Checkpoint, answered: bool, flow: Flow, migration: Migration | None
+    run: Run, checkpoint: Checkpoint, flow: Flow, migration: Migration | None
 ) -> Checkpoint | None:
     """The checkpoint that carries a run onto ``flow``'s version, if it needs a migration.
 
-    Only at a step boundary: accepted answers are bound to the checkpoint they released, so a
-    run resuming (or re-executing a step that was answered) stays on its own version.
+    Waiting, resuming and answered runs migrate too: their answers follow them
+    (``worker.migration``).
     """
     if migration is None:
         return None
-    if answered or run.state == RunState.RESUMING.value:
-        raise FlowVersionError(
-            f"run {run.id}: answers at checkpoint {checkpoint.seq} bind it to flow "
-            f"{run.flow_name!r} version {run.flow_version}, which this worker does not have",
-            run_id=run.id,
-        )
     try:
         state = json_copy(migration(dict(checkpoint.state or {})))
     except Exception as exc:
@@ -222,6 +247,18 @@ def _migrated(
         step=None,
         next_step=run.next_step,
         state=state,
+        budget_consumed=run.budget_consumed,
+        effects=[],
+        epoch=run.lease_epoch + 1,
+    )
+
+
+def _same_state(run: Run, checkpoint: Checkpoint) -> Checkpoint:
+    return store.new_checkpoint(
+        run,
+        step=None,
+        next_step=run.next_step,
+        state=dict(checkpoint.state or {}),
         budget_consumed=run.budget_consumed,
         effects=[],
         epoch=run.lease_epoch + 1,

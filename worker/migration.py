@@ -1,0 +1,164 @@
+"""Answers across a deployment: a run answered on a retired flow version goes on with a newer one.
+
+An accepted answer is bound to the interrupt it answered (name and input schema), not to the
+flow's code. When a run with answers migrates at claim (``worker.runtime``), each answer is
+asked again on the new version, at the migration checkpoint, after the new version's
+revalidation of the interrupt (against the migrated state):
+
+- the evidence is the same: the new interrupt is resolved at once with the same answer
+  (``answer_carried``); the step finds it if it asks the same name with the same schema;
+- the evidence changed: the new interrupt stays pending with the current evidence and the old
+  answer as ``previous_input`` (``review_renewed``), and the run waits on it.
+
+The same check runs, without a migration, for a resume accepted where the flow's code was not
+loaded (its revalidation was deferred to the worker): if the evidence changed, the answers move
+to a new checkpoint with the same state and the run waits on the renewed review.
+
+A new version whose step asks another interrupt (or the same name with another schema) gets a
+renewed review from the step itself (``worker.context``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from models import interrupts as interrupt_store
+from models import runs as store
+from models.contracts import evidence_hash
+from models.db import utcnow
+from models.enums import EventKind, RunState
+from models.errors import FlowDefinitionError
+from models.tables import Checkpoint, Interrupt, Run
+from worker.flows import Flow, RevalidationContext
+from worker.interrupts import view
+
+# On an ``accept_resume`` event: the gateway had no code of the run's flow to revalidate with.
+DEFERRED = "deferred"
+
+
+@dataclass(frozen=True)
+class Carry:
+    """One answer of the old checkpoint, and the evidence the new version computes for it."""
+
+    answered: Interrupt
+    evidence: Any
+    evidence_hash: str
+
+    @property
+    def renewed(self) -> bool:
+        return self.evidence_hash != self.answered.evidence_hash
+
+
+def plan(run: Run, answered: list[Interrupt], state: dict[str, Any], flow: Flow) -> list[Carry]:
+    """Revalidate each answer on ``flow`` (the new version) against the migrated ``state``.
+
+    Writes nothing; a revalidation that fails is the flow's error (the run is refused, stays
+    where it is, and the refusal is recorded).
+    """
+    carries = []
+    for old in answered:
+        revalidator = flow.revalidators.get(old.name)
+        if revalidator is None:
+            carries.append(Carry(old, old.evidence, old.evidence_hash))
+            continue
+        context = RevalidationContext(
+            run_id=run.id, input=run.input, state=dict(state), interrupt=view(old)
+        )
+        try:
+            current = revalidator(context)
+            carries.append(Carry(old, current, evidence_hash(current)))
+        except Exception as exc:
+            raise FlowDefinitionError(
+                detail=f"revalidation of {old.name!r} on {flow.name!r} version {flow.version} "
+                f"failed: {type(exc).__name__}: {exc}"
+            ) from None
+    return carries
+
+
+def deferred_revalidation(
+    session: Session, run: Run, checkpoint: Checkpoint, answered: list[Interrupt], flow: Flow
+) -> list[Carry]:
+    """For a resuming run whose gateway could not revalidate: the answers, if any changed.
+
+    Costs nothing for flows without revalidators; else one read of the run's last acceptance.
+    """
+    if run.state != RunState.RESUMING.value or not any(
+        row.name in flow.revalidators for row in answered
+    ):
+        return []
+    accepted = store.last_event_detail(session, run.id, EventKind.ACCEPT_RESUME)
+    if not isinstance(accepted, dict) or accepted.get("revalidation") != DEFERRED:
+        return []
+    carries = plan(run, answered, dict(checkpoint.state or {}), flow)
+    return carries if any(c.renewed for c in carries) else []
+
+
+@dataclass(frozen=True)
+class Carried:
+    """The answers asked again on the new checkpoint: resolved at once, or waiting for review."""
+
+    resolved: list[Interrupt]
+    waiting: list[Interrupt]
+
+
+def carry(
+    session: Session, run: Run, carries: list[Carry], checkpoint: Checkpoint, *, actor: str
+) -> Carried:
+    """Ask each answer again at ``checkpoint`` on the run's (new) version; the renewed ones.
+
+    A renewed review moves the claimed run to ``waiting`` first: its interrupts are bound to
+    the state version the run waits at.
+    """
+    renewed = [c for c in carries if c.renewed]
+    if renewed:
+        store.move(
+            session,
+            run,
+            EventKind.SUSPEND,
+            actor=actor,
+            fence_epoch=run.lease_epoch,
+            detail={
+                "interrupt": renewed[0].answered.name,
+                "kind": renewed[0].answered.kind,
+                "renewed_on_version": run.flow_version,
+            },
+            lease_owner=None,
+            lease_expires_at=None,
+        )
+    waiting: list[Interrupt] = []
+    resolved: list[Interrupt] = []
+    events: list[tuple[EventKind, Any]] = []
+    for c in carries:
+        old = c.answered
+        asked = interrupt_store.ask_again(
+            session,
+            old,
+            checkpoint_id=checkpoint.id,
+            flow_version=run.flow_version,
+            state_version=run.state_version,
+            evidence=c.evidence,
+            evidence_hash=c.evidence_hash,
+            previous_input=old.resume_input if c.renewed else old.previous_input,
+        )
+        detail = {"old": old.id, "new": asked.id, "name": old.name, "version": run.flow_version}
+        if c.renewed:
+            waiting.append(asked)
+            events.append((EventKind.REVIEW_RENEWED, {**detail, "evidence_hash": c.evidence_hash}))
+            continue
+        # Created pending in this transaction: nobody else can have moved it.
+        interrupt_store.transition(
+            session,
+            asked,
+            "resolve",
+            decision=old.decision,
+            resume_input=old.resume_input,
+            resolved_by=old.resolved_by,
+            resolved_at=utcnow(),
+        )
+        resolved.append(asked)
+        events.append((EventKind.ANSWER_CARRIED, detail))
+    store.record_events(session, run.id, actor=actor, events=events)
+    return Carried(resolved, waiting)
