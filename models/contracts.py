@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-from datetime import datetime
+import uuid
+from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -12,6 +13,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from models.enums import Decision, ResumeOutcome
 
 RESUME_SCHEMA_VERSION = "resume.v1"
+# How long a contract built for a responder stays valid, unless they say otherwise.
+CONTRACT_EXPIRES_IN = timedelta(minutes=15)
 
 
 def canonical_json(value: Any) -> str:
@@ -57,6 +60,67 @@ class ResumeContract(Frozen):
     idempotency_key: str = Field(min_length=1, max_length=200)
     expires_at: datetime
     policy_version: str | None = None
+
+    @classmethod
+    def for_interrupt(
+        cls,
+        interrupt: InterruptView,
+        *,
+        actor: str,
+        actor_type: str = "human",
+        decision: str = "approved",
+        input: Any = None,
+        idempotency_key: str | None = None,
+        expires_in: timedelta | float = CONTRACT_EXPIRES_IN,
+    ) -> ResumeContract:
+        """The contract releasing ``interrupt``, bound to the checkpoint, scope and evidence it
+        shows; raises pydantic's ``ValidationError`` if an argument makes it malformed."""
+        return cls.model_validate(
+            contract_payload(
+                interrupt,
+                actor=actor,
+                actor_type=actor_type,
+                decision=decision,
+                input=input,
+                idempotency_key=idempotency_key,
+                expires_in=expires_in,
+            )
+        )
+
+
+def contract_payload(
+    interrupt: InterruptView,
+    *,
+    actor: str,
+    actor_type: str = "human",
+    decision: str = "approved",
+    input: Any = None,
+    idempotency_key: str | None = None,
+    expires_in: timedelta | float = CONTRACT_EXPIRES_IN,
+) -> dict[str, Any]:
+    """``ResumeContract.for_interrupt`` as the JSON a responder submits, not validated here.
+
+    For callers that must hand even a malformed contract to the gateway (which refuses and
+    records it), such as the CLI. ``input=None`` starts from the input given before a renewed
+    review, else the interrupt's default input, else ``{}``.
+    """
+    if input is None:
+        input = interrupt.previous_input or interrupt.default_input or {}
+    if not isinstance(expires_in, timedelta):
+        expires_in = timedelta(seconds=expires_in)
+    return {
+        "schema_version": RESUME_SCHEMA_VERSION,
+        "run_id": interrupt.run_id,
+        "checkpoint_id": interrupt.checkpoint_id,
+        "interrupt_id": interrupt.id,
+        "actor": {"type": actor_type, "id": actor},
+        "decision": decision,
+        "input": input,
+        "scope": interrupt.scope,
+        "evidence_hash": interrupt.evidence_hash,
+        "idempotency_key": idempotency_key or uuid.uuid4().hex,
+        "expires_at": (datetime.now(UTC) + expires_in).isoformat(),
+    }
 
 
 class ResumeResult(Frozen):

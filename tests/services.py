@@ -6,9 +6,7 @@ A missing service skips the tests that need it on a laptop, and fails them when 
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Callable
@@ -18,6 +16,8 @@ from typing import Any
 import pytest
 import redis
 from sqlalchemy import create_engine, text
+
+from worker.processes import START_SECONDS, kill_process, start_celery, stop_process
 
 ROOT = Path(__file__).resolve().parent.parent
 PG_ADMIN_URL = os.environ.get(
@@ -78,10 +78,10 @@ class WorkerProcess:
         self.kind = kind
         self.proc: subprocess.Popen[bytes] | None = None
 
-    def start(self, timeout: float = 30.0) -> WorkerProcess:
-        command = [sys.executable, "-m", "celery", "-A", "worker", self.kind, "-l", "info"]
+    def start(self, timeout: float = START_SECONDS) -> WorkerProcess:
+        args: list[str] = []
         if self.kind == "worker":
-            command += [
+            args += [
                 "-n",
                 f"{self.name}@%h",
                 "--without-gossip",
@@ -89,27 +89,11 @@ class WorkerProcess:
                 "--without-heartbeat",
                 "-E",
             ]
-        command += list(self.args)
-        self.log = self.log_path.open("wb")
-        self.proc = subprocess.Popen(
-            command,
-            cwd=ROOT,
-            env=self.env,
-            stdout=self.log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
+        args += list(self.args)
+        self.proc = start_celery(
+            self.kind, args, env=self.env, log_path=self.log_path, cwd=ROOT, timeout=timeout
         )
-        marker = b"ready." if self.kind == "worker" else b"beat: Starting"
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if marker in self.log_path.read_bytes():
-                return self
-            if self.proc.poll() is not None:
-                break
-            time.sleep(0.1)
-        output = self.log_path.read_text(errors="replace")[-3000:]
-        self.stop()
-        raise RuntimeError(f"{self.kind} did not start:\n{output}")
+        return self
 
     @property
     def pid(self) -> int:
@@ -118,19 +102,12 @@ class WorkerProcess:
 
     def kill(self) -> None:
         """SIGKILL the whole process group: the main process and its pool children."""
-        if self.proc is not None and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(10)
+        if self.proc is not None:
+            kill_process(self.proc)
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.kill()
-        if hasattr(self, "log"):
-            self.log.close()
+        if self.proc is not None:
+            stop_process(self.proc)
 
     def output(self) -> str:
         return self.log_path.read_text(errors="replace")

@@ -9,21 +9,20 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from datetime import timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 
-from models.contracts import InterruptView
-from models.db import dispose_engines, utcnow
+from models.contracts import InterruptView, ResumeContract
+from models.db import dispose_engines
 from models.errors import InterludeError
 from models.settings import Settings, get_settings, reset_settings
+from worker.processes import ProcessStartError, start_celery, stop_process
 
 T = TypeVar("T")
 
@@ -124,54 +123,23 @@ def _embedded(env: dict[str, str]) -> Iterator[Settings]:
 
 
 def _start_worker(env: dict[str, str], log_path: Path) -> subprocess.Popen[bytes]:
-    command = [
-        sys.executable,
-        "-m",
-        "celery",
-        "-A",
-        "worker",
-        "worker",
-        "--pool",
-        "solo",
-        "--without-mingle",
-        "--without-gossip",
-        "--without-heartbeat",
-        "-Q",
-        QUEUES,
-        "-n",
-        f"demo-{uuid.uuid4().hex[:6]}@%h",
-        "-l",
-        "info",
-    ]
-    with log_path.open("wb") as log:
-        process = subprocess.Popen(
-            command,
+    args = ["--pool", "solo", "--without-mingle", "--without-gossip", "--without-heartbeat"]
+    args += ["-Q", QUEUES, "-n", f"demo-{uuid.uuid4().hex[:6]}@%h"]
+    try:
+        return start_celery(
+            "worker",
+            args,
             env={**os.environ, **env},
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
+            log_path=log_path,
+            timeout=WORKER_READY_SECONDS,
         )
-    deadline = time.monotonic() + WORKER_READY_SECONDS
-    while time.monotonic() < deadline:
-        if b" ready." in log_path.read_bytes():
-            return process
-        if process.poll() is not None:
-            break
-        time.sleep(0.1)
-    _stop(process)
-    raise DemoError(f"the worker did not start; see {log_path}")
+    except ProcessStartError:
+        raise DemoError(f"the worker did not start; see {log_path}") from None
 
 
 def _stop(process: subprocess.Popen[bytes]) -> None:
     """Stop the worker and anything it started (its own process group)."""
-    if process.poll() is not None:
-        return
-    os.killpg(process.pid, signal.SIGTERM)
-    try:
-        process.wait(STOP_SECONDS)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        process.wait(STOP_SECONDS)
+    stop_process(process, STOP_SECONDS)
 
 
 def _show_log_tail(path: Path, lines: int = 15) -> None:
@@ -194,21 +162,15 @@ def _until(what: str, probe: Callable[[], T | None], seconds: float = STEP_SECON
     raise DemoError(f"gave up after {seconds:.0f}s waiting for {what}")
 
 
-def _contract(interrupt: InterruptView, actor: str, certificate: dict[str, Any]) -> dict[str, Any]:
+def _contract(interrupt: InterruptView, actor: str, certificate: dict[str, Any]) -> ResumeContract:
     """What a responder submits: bound to the checkpoint, scope and evidence they were shown."""
-    return {
-        "schema_version": "resume.v1",
-        "run_id": interrupt.run_id,
-        "checkpoint_id": interrupt.checkpoint_id,
-        "interrupt_id": interrupt.id,
-        "actor": {"type": "human", "id": actor},
-        "decision": "approved",
-        "input": certificate,
-        "scope": interrupt.scope,
-        "evidence_hash": interrupt.evidence_hash,
-        "idempotency_key": f"demo-{uuid.uuid4().hex}",
-        "expires_at": (utcnow() + timedelta(minutes=15)).isoformat(),
-    }
+    return ResumeContract.for_interrupt(
+        interrupt,
+        actor=actor,
+        decision="approved",
+        input=certificate,
+        idempotency_key=f"demo-{uuid.uuid4().hex}",
+    )
 
 
 def _story(settings: Settings) -> None:
@@ -280,7 +242,7 @@ def _story(settings: Settings) -> None:
         raise DemoError(f"expected acceptance, got {accepted.outcome}: {accepted.reason}")
     say(
         f"[5] authorized resume accepted: ada certifies revision 2 "
-        f"({contract['input']['certificate_id']}) -> {accepted.outcome}"
+        f"({contract.input['certificate_id']}) -> {accepted.outcome}"
     )
     again = submit_resume(contract, ada)
     say(f"    the same submission sent twice -> {again.outcome}: nothing happens a second time")

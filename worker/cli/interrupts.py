@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import argparse
 import uuid
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
-from models.contracts import RESUME_SCHEMA_VERSION, InterruptView
+from models.contracts import InterruptView, contract_payload
 from worker.cli.exits import OK
 from worker.cli.output import Output, age, jsonable, seconds_since, timestamp, until
 from worker.cli.parser import Parser, Subparsers, group, positive_int, verb
@@ -49,22 +49,15 @@ def contract(
     expires_in: timedelta = TEMPLATE_EXPIRES_IN,
 ) -> dict[str, Any]:
     """A ``resume.v1`` contract bound to what ``interrupt`` shows: checkpoint, scope, evidence."""
-    if input is None:
-        # A renewed review keeps the input given before; otherwise start from the default.
-        input = interrupt.previous_input or interrupt.default_input or {}
-    return {
-        "schema_version": RESUME_SCHEMA_VERSION,
-        "run_id": interrupt.run_id,
-        "checkpoint_id": interrupt.checkpoint_id,
-        "interrupt_id": interrupt.id,
-        "actor": {"type": actor_type, "id": actor_id},
-        "decision": decision,
-        "input": input,
-        "scope": interrupt.scope,
-        "evidence_hash": interrupt.evidence_hash,
-        "idempotency_key": idempotency_key or new_key(interrupt.id),
-        "expires_at": (datetime.now(UTC) + expires_in).isoformat(),
-    }
+    return contract_payload(
+        interrupt,
+        actor=actor_id,
+        actor_type=actor_type,
+        decision=decision,
+        input=input,
+        idempotency_key=idempotency_key or new_key(interrupt.id),
+        expires_in=expires_in,
+    )
 
 
 def new_key(interrupt_id: str) -> str:
