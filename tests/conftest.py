@@ -27,6 +27,7 @@ os.environ.setdefault("INTERLUDE_LEASE_SECONDS", "30")
 from models.db import dispose_engines, get_engine  # noqa: E402
 from models.migrate import upgrade  # noqa: E402
 from models.settings import reset_settings  # noqa: E402
+from worker.testing import TaskRecorder, recording  # noqa: E402
 
 BACKENDS = ["sqlite", "postgresql"]
 
@@ -58,11 +59,34 @@ def database_url(
 
 @pytest.fixture()
 def db(database_url: str) -> Iterator[str]:
-    """An empty database (all rows deleted) and empty broker queues for this test."""
+    """An empty database (all rows deleted) for this test; Redis is left alone."""
     _clean(database_url)
+    yield database_url
+
+
+@pytest.fixture()
+def tasks(db: str) -> Iterator[TaskRecorder]:
+    """The dispatch seam: this test's publishes are recorded; ``tasks.drain()`` executes them.
+
+    Steps and resumes then run in the test process, through the worker's own code, against
+    the real database; no broker and no worker process is involved.
+    """
+    with recording() as recorder:
+        yield recorder
+
+
+@pytest.fixture()
+def scratch() -> None:
+    """An empty Redis database for the test flows' "outside world" (``INTERLUDE_TEST_REDIS``)."""
+    redis_client(REDIS_DB + 1).flushdb()
+
+
+@pytest.fixture()
+def broker(db: str) -> Iterator[str]:
+    """Empty broker queues (and outside world) for a test with real worker processes."""
     redis_client(REDIS_DB).flushdb()
     redis_client(REDIS_DB + 1).flushdb()
-    yield database_url
+    yield db
 
 
 def _clean(url: str) -> None:

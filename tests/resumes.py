@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
-import uuid
 from datetime import timedelta
 from typing import Any
 
 from sqlalchemy import select
 
-from models.contracts import InterruptView
-from models.db import transaction, utcnow
+from models.contracts import InterruptView, contract_payload
+from models.db import transaction
 from models.tables import Checkpoint, Event, Interrupt, Run
 from tests.services import wait_for
 from worker import get_run
+from worker.testing import drain
 
 FINISHED = {"succeeded", "failed", "cancelled", "expired"}
 
@@ -26,20 +26,16 @@ def contract_for(
     key: str | None = None,
     **overrides: Any,
 ) -> dict[str, Any]:
-    """A valid ``resume.v1`` contract for ``interrupt``, as a responder would build it."""
-    contract: dict[str, Any] = {
-        "schema_version": "resume.v1",
-        "run_id": interrupt.run_id,
-        "checkpoint_id": interrupt.checkpoint_id,
-        "interrupt_id": interrupt.id,
-        "actor": {"type": "human", "id": actor_id},
-        "decision": decision,
-        "input": input if input is not None else {},
-        "scope": interrupt.scope,
-        "evidence_hash": interrupt.evidence_hash,
-        "idempotency_key": key or uuid.uuid4().hex,
-        "expires_at": (utcnow() + timedelta(minutes=10)).isoformat(),
-    }
+    """A ``resume.v1`` contract for ``interrupt`` (``ResumeContract.for_interrupt`` as JSON),
+    with fields replaced by ``overrides``: tests submit malformed ones too."""
+    contract = contract_payload(
+        interrupt,
+        actor=actor_id,
+        decision=decision,
+        input=input if input is not None else {},
+        idempotency_key=key,
+        expires_in=timedelta(minutes=10),
+    )
     contract.update(overrides)
     return contract
 
@@ -64,6 +60,22 @@ def wait_finished(run_id: str, timeout: float = 30) -> str:
     state: str = wait_for(
         lambda: s if (s := get_run(run_id).state) in FINISHED else None, timeout=timeout
     )
+    return state
+
+
+def drain_pending(run_id: str, name: str | None = None) -> InterruptView:
+    """Execute the recorded tasks, then the run's pending interrupt (which must exist)."""
+    drain()
+    found = pending(run_id, name)
+    assert found is not None, f"run {run_id} is {get_run(run_id).state}, not waiting on {name}"
+    return found
+
+
+def drain_finished(run_id: str) -> str:
+    """Execute the recorded tasks, then the state the run finished in (it must have)."""
+    drain()
+    state = get_run(run_id).state
+    assert state in FINISHED, f"run {run_id} is {state}, not finished"
     return state
 
 

@@ -2,21 +2,46 @@
 
 A publish that fails is not an error for the caller: the run row is the outbox and the
 reaper republishes runs that sit queued or resuming without a claim.
+
+Every publish of interlude (enqueue, chained steps, retries, accepted resumes, sweeps, the
+reaper) goes through ``publish_step``, which hands it to the installed publisher: Celery by
+default, an in-process recorder in tests (``worker.testing``).
 """
 
 from __future__ import annotations
 
 import logging
+from typing import Protocol
 
 from worker.app import QUEUE_RESUMES, QUEUE_STEPS, TASK_RESUME, TASK_STEP, app
 
 log = logging.getLogger(__name__)
 
 
+class Publisher(Protocol):
+    """Sends one task (``name`` with the run id as its only argument) to ``queue``."""
+
+    def __call__(self, name: str, run_id: str, *, queue: str, countdown: float | None) -> None: ...
+
+
+def celery_publisher(name: str, run_id: str, *, queue: str, countdown: float | None) -> None:
+    app.send_task(name, args=[run_id], queue=queue, countdown=countdown)
+
+
+_publisher: Publisher = celery_publisher
+
+
+def set_publisher(publisher: Publisher) -> Publisher:
+    """Install ``publisher`` for every later publish of this process; returns the previous."""
+    global _publisher
+    previous, _publisher = _publisher, publisher
+    return previous
+
+
 def publish_step(run_id: str, *, resume: bool = False, countdown: float | None = None) -> bool:
     name, queue = (TASK_RESUME, QUEUE_RESUMES) if resume else (TASK_STEP, QUEUE_STEPS)
     try:
-        app.send_task(name, args=[run_id], queue=queue, countdown=countdown)
+        _publisher(name, run_id, queue=queue, countdown=countdown)
     except Exception as exc:  # broker down: the reaper will republish from the run row
         log.warning(
             "publish failed, the reaper will retry: %s",

@@ -1,4 +1,5 @@
-"""Fixtures of the acceptance suites that need an ``interlude serve`` process."""
+"""Acceptance tests run real processes (``celery worker`` / ``beat``, ``interlude serve``):
+all of them are marked ``slow``. Fixtures for the suites that need an ``interlude serve``."""
 
 from __future__ import annotations
 
@@ -10,11 +11,26 @@ import pytest
 from tests.conftest import worker_env
 from tests.webserver import WebServer
 
+HERE = Path(__file__).resolve().parent
 # High enough that only the rate-limit tests, with their own servers, ever reach a limit.
 UNTHROTTLED = {
     "INTERLUDE_WEB_CLIENT_LIMIT": "10000/minute",
     "INTERLUDE_WEB_ACTOR_LIMIT": "10000/minute",
 }
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    # Every test of this directory, including ones added later, is out of the quick loop.
+    for item in items:
+        if HERE in item.path.parents:
+            item.add_marker(pytest.mark.slow)
+
+
+@pytest.fixture(autouse=True)
+def _empty_broker(request: pytest.FixtureRequest) -> None:
+    """Tests with a database also use the broker: start each with empty queues."""
+    if "db" in request.fixturenames:
+        request.getfixturevalue("broker")
 
 
 @pytest.fixture(scope="session")

@@ -13,23 +13,25 @@ import redis
 from models import runs as run_store
 from models.db import transaction, utcnow
 from models.errors import InvalidInputError, InvalidTransitionError, RunNotFoundError
-from tests.services import WorkerProcess, wait_for
+from tests.services import wait_for
 from worker import add_actor, cancel_run, enqueue_run, get_interrupt, get_run, submit_resume
 from worker.interrupts import list_interrupts, list_resume_attempts
 from worker.runs import list_checkpoints, list_effects, list_events
 from worker.runtime import execute
 from worker.sweeps import sweep_expired
+from worker.testing import TaskRecorder
 
 
 def _redis() -> redis.Redis:
     return redis.Redis.from_url(os.environ["INTERLUDE_TEST_REDIS"])
 
 
-def test_cancel_closes_pending_interrupts(db: str, shared_worker: WorkerProcess) -> None:
+def test_cancel_closes_pending_interrupts(tasks: TaskRecorder) -> None:
     # Given a run waiting on an approval
     credential = add_actor("alice", ["approver"])
     run_id = enqueue_run("expiring", {"policy": "expire", "expires_in": 3600})
-    wait_for(lambda: get_run(run_id).state == "waiting", timeout=30)
+    tasks.drain()
+    assert get_run(run_id).state == "waiting"
     (interrupt,) = get_run(run_id).pending_interrupts
     # When an operator cancels it
     cancel_run(run_id, actor="ops:carol", reason="customer withdrew")
@@ -73,23 +75,25 @@ def test_cancel_closes_pending_interrupts(db: str, shared_worker: WorkerProcess)
 
 @pytest.mark.parametrize("with_effect", [False, True], ids=["commit", "effect"])
 def test_a_step_in_flight_when_cancelled_cannot_commit(
-    db: str, shared_worker: WorkerProcess, with_effect: bool
+    tasks: TaskRecorder, with_effect: bool, caplog: pytest.LogCaptureFixture
 ) -> None:
-    # Given a step that is running and holding its lease
+    # Given a step that is running (in another thread) and holding its lease
     r = _redis()
     run_id = enqueue_run("held", {"effect": with_effect})
-    wait_for(lambda: r.exists(f"held:started:{run_id}"), timeout=30)
-    assert get_run(run_id).state == "running"
-    # When the run is cancelled and the step then carries on
-    cancel_run(run_id, actor="ops:carol", reason="stop")
-    r.set(f"held:release:{run_id}", 1)
+    executing = threading.Thread(target=tasks.drain, name="drain")
+    executing.start()
+    try:
+        wait_for(lambda: r.exists(f"held:started:{run_id}"), timeout=30)
+        assert get_run(run_id).state == "running"
+        # When the run is cancelled and the step then carries on
+        cancel_run(run_id, actor="ops:carol", reason="stop")
+    finally:
+        r.set(f"held:release:{run_id}", 1)
+        executing.join()
     # Then the worker discards what the step produced
-    wait_for(
-        lambda: any(
-            "step result discarded" in line and run_id in line
-            for line in shared_worker.output().splitlines()
-        ),
-        timeout=30,
+    assert any(
+        "step result discarded" in record.getMessage() and run_id in record.getMessage()
+        for record in caplog.records
     )
     run = get_run(run_id)
     assert (run.state, run.output, run.flow_state) == ("cancelled", None, {})
@@ -124,10 +128,11 @@ def test_a_cancelled_queued_run_is_never_claimed(db: str) -> None:
 
 
 def test_cancelling_a_finished_run_is_a_one_line_error_that_changes_nothing(
-    db: str, shared_worker: WorkerProcess
+    tasks: TaskRecorder,
 ) -> None:
     run_id = enqueue_run("quick")
-    wait_for(lambda: get_run(run_id).state == "succeeded", timeout=30)
+    tasks.drain()
+    assert get_run(run_id).state == "succeeded"
     before, events = get_run(run_id), list_events(run_id)
     with pytest.raises(InvalidTransitionError) as error:
         cancel_run(run_id, actor="ops:carol", reason="too late")
@@ -140,19 +145,21 @@ def test_cancelling_a_finished_run_is_a_one_line_error_that_changes_nothing(
     assert list_events(run_id) == events
 
 
-def test_cancelling_twice_is_refused_the_second_time(db: str, shared_worker: WorkerProcess) -> None:
+def test_cancelling_twice_is_refused_the_second_time(tasks: TaskRecorder) -> None:
     run_id = enqueue_run("expiring", {"policy": "expire", "expires_in": 3600})
-    wait_for(lambda: get_run(run_id).state == "waiting", timeout=30)
+    tasks.drain()
+    assert get_run(run_id).state == "waiting"
     cancel_run(run_id, actor="ops:carol")
     with pytest.raises(InvalidTransitionError, match="cannot cancel from cancelled"):
         cancel_run(run_id, actor="ops:dave")
     assert [e.actor for e in list_events(run_id) if e.trigger == "cancel"] == ["ops:carol"]
 
 
-def test_cancels_racing_a_sweep_end_each_run_one_way(db: str, shared_worker: WorkerProcess) -> None:
+def test_cancels_racing_a_sweep_end_each_run_one_way(tasks: TaskRecorder) -> None:
     # Given twenty waiting runs whose deadline the sweep will consider passed
     runs = [enqueue_run("expiring", {"policy": "expire", "expires_in": 60}) for _ in range(20)]
-    wait_for(lambda: all(get_run(r).state == "waiting" for r in runs), timeout=60)
+    tasks.drain()
+    assert all(get_run(r).state == "waiting" for r in runs)
     later = utcnow() + timedelta(hours=1)
     start = threading.Barrier(2)
     outcomes: dict[str, str] = {}

@@ -1,25 +1,25 @@
-"""The effect ledger with a real worker: once, failed, reconciled, repaired and fenced."""
+"""The effect ledger, steps executed in-process (``drain``): once, failed, reconciled, repaired.
+
+A worker killed or frozen in the middle of an effect: tests/acceptance/test_effect_fencing.py.
+"""
 
 from __future__ import annotations
 
-import os
-import signal
-import uuid
 from datetime import timedelta
 from typing import Any
 
 import pytest
-from sqlalchemy import func, select
+from sqlalchemy import select
 
 from models import runs as run_store
 from models.db import transaction, utcnow
-from models.settings import get_settings
-from models.tables import Checkpoint, Effect, Event, Run
-from tests.flows.effects import applied, calls, outside
-from tests.services import WorkerProcess, wait_for
-from worker import add_actor, enqueue_run, get_run, list_interrupts, submit_resume
+from models.tables import Effect, Event
+from tests.flows.effects import applied, calls
+from tests.services import wait_for
+from worker import ResumeContract, add_actor, enqueue_run, get_run, list_interrupts, submit_resume
 from worker.reaper import reap
 from worker.runs import list_effects
+from worker.testing import TaskRecorder
 
 FINISHED = {"succeeded", "failed", "cancelled", "expired"}
 
@@ -52,31 +52,17 @@ def _counter(run_id: str, trigger: str) -> int:
 
 
 def _resolve(interrupt: Any, credential: str, actor: str, decision: str, input: Any) -> Any:
-    return submit_resume(
-        {
-            "schema_version": "resume.v1",
-            "run_id": interrupt.run_id,
-            "checkpoint_id": interrupt.checkpoint_id,
-            "interrupt_id": interrupt.id,
-            "actor": {"type": "human", "id": actor},
-            "decision": decision,
-            "input": input,
-            "scope": interrupt.scope,
-            "evidence_hash": interrupt.evidence_hash,
-            "idempotency_key": uuid.uuid4().hex,
-            "expires_at": (utcnow() + timedelta(hours=1)).isoformat(),
-        },
-        credential,
+    contract = ResumeContract.for_interrupt(
+        interrupt, actor=actor, decision=decision, input=input, expires_in=timedelta(hours=1)
     )
+    return submit_resume(contract, credential)
 
 
-def test_effect_applied_once_across_re_execution_returns_its_receipt(
-    db: str, shared_worker: WorkerProcess
-) -> None:
+def test_effect_applied_once_across_re_execution_returns_its_receipt(tasks: TaskRecorder) -> None:
     # Given a step that fails after its effect on its first execution (then is retried)
     run_id = enqueue_run("effect_ledger", {"amount": 7, "fail_after_effect": True})
     # When the worker runs it to the end
-    wait_for(lambda: _finished(run_id), timeout=30)
+    tasks.drain()
     # Then the step ran twice, the effect once, and the second execution got the stored receipt
     run = get_run(run_id)
     assert run.state == "succeeded", run.error
@@ -92,9 +78,9 @@ def test_effect_applied_once_across_re_execution_returns_its_receipt(
     assert _counter(run_id, "effect_skipped") == 1
 
 
-def test_failed_effect_is_recorded_with_its_error(db: str, shared_worker: WorkerProcess) -> None:
+def test_failed_effect_is_recorded_with_its_error(tasks: TaskRecorder) -> None:
     run_id = enqueue_run("effect_refused", {})
-    wait_for(lambda: _finished(run_id), timeout=30)
+    tasks.drain()
     run = get_run(run_id)
     assert run.state == "failed"
     assert run.error == "ValueError: card declined"
@@ -108,16 +94,17 @@ def test_failed_effect_is_recorded_with_its_error(db: str, shared_worker: Worker
 
 
 def test_effect_before_an_interrupt_is_not_repeated_when_the_step_resumes(
-    db: str, shared_worker: WorkerProcess
+    tasks: TaskRecorder,
 ) -> None:
     credential = add_actor("approver-1", ["approver"])
     run_id = enqueue_run("effect_then_interrupt", {})
-    wait_for(lambda: _state(run_id) == "waiting", timeout=30)
+    tasks.drain()
+    assert _state(run_id) == "waiting"
     # The run waits with its effect recorded (never suspended with an effect unrecorded)
     assert [e.status for e in list_effects(run_id)] == ["applied"]
     [interrupt] = list_interrupts(run_id=run_id, status="pending")
     assert _resolve(interrupt, credential, "approver-1", "approved", {"go": True}).accepted
-    wait_for(lambda: _finished(run_id), timeout=30)
+    tasks.drain()
     run = get_run(run_id)
     assert run.state == "succeeded", run.error
     assert run.output["decision"] == "approved"
@@ -162,10 +149,10 @@ def _crashed_mid_effect(input: dict[str, Any]) -> str:
 
 
 def test_reconciled_receipt_marks_the_intent_applied_without_calling_again(
-    db: str, shared_worker: WorkerProcess
+    tasks: TaskRecorder,
 ) -> None:
     run_id = _crashed_mid_effect({"verdict": "receipt"})
-    wait_for(lambda: _finished(run_id), timeout=30)
+    tasks.drain()
     run = get_run(run_id)
     assert run.state == "succeeded", run.error
     key = f"{run_id}:0:charge:charge"
@@ -177,11 +164,9 @@ def test_reconciled_receipt_marks_the_intent_applied_without_calling_again(
     assert _counter(run_id, "step_reexecuted") == 1
 
 
-def test_reconciled_not_applied_calls_the_effect_again_once(
-    db: str, shared_worker: WorkerProcess
-) -> None:
+def test_reconciled_not_applied_calls_the_effect_again_once(tasks: TaskRecorder) -> None:
     run_id = _crashed_mid_effect({"verdict": "not_applied"})
-    wait_for(lambda: _finished(run_id), timeout=30)
+    tasks.drain()
     run = get_run(run_id)
     assert run.state == "succeeded", run.error
     assert (calls(run_id), applied(run_id)) == (1, 1)
@@ -199,14 +184,15 @@ def test_reconciled_not_applied_calls_the_effect_again_once(
     ],
 )
 def test_unknown_outcome_raises_a_repair_that_an_operator_settles(
-    db: str, shared_worker: WorkerProcess, finding: dict[str, Any], expected_calls: int
+    tasks: TaskRecorder, finding: dict[str, Any], expected_calls: int
 ) -> None:
     operator = add_actor("operator-1", ["operator"])
     bystander = add_actor("bystander-1", ["approver"])
     # Given a run whose effect outcome is unknown and cannot be reconciled
     run_id = _crashed_mid_effect({"verdict": "unknown"})
     # Then the run stops with a repair interrupt naming the effect
-    wait_for(lambda: _state(run_id) == "waiting", timeout=30)
+    tasks.drain()
+    assert _state(run_id) == "waiting"
     [repair] = list_interrupts(run_id=run_id, status="pending")
     key = f"{run_id}:0:charge:charge"
     assert (repair.kind, repair.name, repair.roles) == ("repair", "repair:charge", ["operator"])
@@ -220,7 +206,7 @@ def test_unknown_outcome_raises_a_repair_that_an_operator_settles(
     # When an operator records what they found
     assert _resolve(repair, operator, "operator-1", "approved", finding).accepted
     # Then the run finishes, calling the effect again only if it was not applied
-    wait_for(lambda: _finished(run_id), timeout=30)
+    tasks.drain()
     run = get_run(run_id)
     assert run.state == "succeeded", run.error
     assert calls(run_id) == expected_calls
@@ -229,126 +215,3 @@ def test_unknown_outcome_raises_a_repair_that_an_operator_settles(
     if expected_calls == 0:
         assert effect.receipt == finding["receipt"]
     assert _counter(run_id, "effect_reconciled") == 1 - expected_calls
-
-
-def test_an_operator_finding_answers_only_for_the_intent_it_was_given_on(
-    db: str, shared_worker: WorkerProcess
-) -> None:
-    operator = add_actor("operator-2", ["operator"])
-    # Given a repair settled as "not applied", after which the effect is called again and
-    # its worker dies inside the call (outcome unknown once more)
-    run_id = _crashed_mid_effect({"verdict": "unknown", "crash_in_fn": True})
-    wait_for(lambda: _state(run_id) == "waiting", timeout=30)
-    [first] = list_interrupts(run_id=run_id, status="pending")
-    assert first.evidence["intent_epoch"] == 1
-    assert _resolve(first, operator, "operator-2", "approved", {"outcome": "not_applied"}).accepted
-    wait_for(lambda: outside().exists(f"crashed:{run_id}:in_fn"), timeout=30)
-    # When the dead worker's lease is reaped
-    lease = get_settings().lease_seconds
-    wait_for(lambda: reap(now=utcnow() + timedelta(seconds=lease + 1)) >= 1, timeout=30)
-    # Then the old finding is not reused: a new repair asks about the new intent
-    wait_for(lambda: list_interrupts(run_id=run_id, status="pending"), timeout=30)
-    [second] = list_interrupts(run_id=run_id, status="pending")
-    assert (second.name, second.evidence["intent_epoch"]) == ("repair:charge", 3)
-    assert calls(run_id) == 0
-    assert _resolve(second, operator, "operator-2", "approved", {"outcome": "not_applied"}).accepted
-    wait_for(lambda: _finished(run_id), timeout=30)
-    assert _state(run_id) == "succeeded"
-    assert (calls(run_id), applied(run_id)) == (1, 1)
-    assert _counter(run_id, "repair_raised") == 2
-
-
-def _epochs_written(run_id: str) -> tuple[set[int], list[str]]:
-    with transaction(readonly=True) as session:
-        epochs = set(
-            session.execute(
-                select(Checkpoint.epoch).where(Checkpoint.run_id == run_id, Checkpoint.seq > 0)
-            ).scalars()
-        )
-        actors = list(
-            session.execute(
-                select(Event.actor).where(
-                    Event.run_id == run_id, Event.trigger.in_(["complete", "advance", "fail"])
-                )
-            ).scalars()
-        )
-    return epochs, actors
-
-
-def _claims(run_id: str) -> list[dict[str, Any]]:
-    with transaction(readonly=True) as session:
-        return list(
-            session.execute(
-                select(Event.detail)
-                .where(Event.run_id == run_id, Event.trigger == "claim")
-                .order_by(Event.id)
-            ).scalars()
-        )
-
-
-def _take_over(run_id: str) -> None:
-    """Wait for the first owner's lease to expire, then let the reaper hand the run on."""
-
-    def expired() -> bool:
-        with transaction(readonly=True) as session:
-            run = session.get(Run, run_id)
-            assert run is not None
-            return bool(
-                run.state == "running"
-                and run.lease_expires_at is not None
-                and run.lease_expires_at < utcnow()
-            )
-
-    wait_for(expired, timeout=30)
-    assert reap() >= 1
-
-
-@pytest.mark.parametrize("stall", ["effect", "commit"])
-def test_late_writer_is_fenced_and_nothing_it_wrote_is_visible(
-    db: str, shared_worker: WorkerProcess, stall: str
-) -> None:
-    # Given a step whose first execution stalls (inside its effect, or before its commit),
-    # its process frozen past its two-second lease so that it cannot renew it
-    run_id = enqueue_run("late_writer", {"stall": stall})
-    pid = int(wait_for(lambda: outside().get(f"stalled:{run_id}"), timeout=30))
-    os.kill(pid, signal.SIGSTOP)
-    try:
-        # When the reaper takes the run over and a second execution finishes it
-        _take_over(run_id)
-        wait_for(lambda: _finished(run_id), timeout=30)
-        run = get_run(run_id)
-        assert run.state == "succeeded", run.error
-        assert [c["epoch"] for c in _claims(run_id)] == [1, 2]
-    finally:
-        # ...and only then the stale first execution carries on
-        outside().set(f"release:{run_id}", 1)
-        os.kill(pid, signal.SIGCONT)
-    if stall == "commit":
-        wait_for(lambda: outside().get(f"returned:{run_id}"), timeout=30)
-    # Then its commit (with the effect's outcome, which goes with it) is refused with a typed
-    # error
-    wait_for(
-        lambda: f"run {run_id}: lease epoch 1 was superseded" in shared_worker.output(),
-        timeout=30,
-    )
-    # And nothing the stale execution wrote is visible: one checkpoint and one transition,
-    # both by the new owner, and the ledger holds no outcome from the stale owner
-    run = get_run(run_id)
-    assert run.checkpoints == 2
-    assert run.output["epoch"] == 2
-    epochs, actors = _epochs_written(run_id)
-    assert epochs == {2}
-    assert len(actors) == 1
-    [effect] = list_effects(run_id)
-    # (the stale owner's outcome would have gone with its commit: the new owner settled it)
-    assert (effect.status, effect.epoch) == ("applied", 2)
-    assert outside().get(f"fenced:{run_id}") is None
-    assert "late" not in effect.receipt
-    assert effect.receipt == run.output["receipt"]
-    # The outside world saw the effect once (the second owner reconciled or skipped it)
-    assert applied(run_id) == 1
-    with transaction(readonly=True) as session:
-        total = session.execute(
-            select(func.count()).select_from(Checkpoint).where(Checkpoint.run_id == run_id)
-        ).scalar_one()
-    assert total == 2

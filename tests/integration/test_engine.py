@@ -1,28 +1,27 @@
-"""The run engine with a real Redis broker and real worker processes."""
+"""The run engine: steps executed in this process through the dispatch seam (``drain``)."""
 
 from __future__ import annotations
 
+import threading
 import time
 
 from sqlalchemy import select, update
 
 from models.db import transaction
 from models.tables import Checkpoint, Event
-from tests.services import WorkerProcess, wait_for
 from worker import enqueue_run, get_run
+from worker.testing import TaskRecorder
 
 
 def _finished(run_id: str) -> bool:
     return get_run(run_id).state in {"succeeded", "failed", "cancelled", "expired"}
 
 
-def test_three_step_flow_completes_with_contiguous_checkpoints(
-    db: str, shared_worker: WorkerProcess
-) -> None:
+def test_three_step_flow_completes_with_contiguous_checkpoints(tasks: TaskRecorder) -> None:
     # Given a three-step flow started from application code
     run_id = enqueue_run("three_steps", {"n": 5})
-    # When the worker runs it to the end
-    wait_for(lambda: _finished(run_id), timeout=30)
+    # When its tasks are executed until none is left
+    tasks.drain()
     # Then it succeeded with the state the steps built
     run = get_run(run_id)
     assert run.state == "succeeded", run.error
@@ -51,11 +50,9 @@ def test_three_step_flow_completes_with_contiguous_checkpoints(
     ]
 
 
-def test_a_failing_step_is_retried_with_backoff_then_succeeds(
-    db: str, shared_worker: WorkerProcess
-) -> None:
+def test_a_failing_step_is_retried_with_backoff_then_succeeds(tasks: TaskRecorder) -> None:
     run_id = enqueue_run("flaky", {"fail_times": 2})
-    wait_for(lambda: _finished(run_id), timeout=30)
+    tasks.drain()
     run = get_run(run_id)
     assert run.state == "succeeded", run.error
     assert run.flow_state == {"tries": 3}
@@ -74,10 +71,10 @@ def test_a_failing_step_is_retried_with_backoff_then_succeeds(
 
 
 def test_a_step_failing_past_its_retry_limit_fails_the_run_with_the_error(
-    db: str, shared_worker: WorkerProcess
+    tasks: TaskRecorder,
 ) -> None:
     run_id = enqueue_run("flaky", {"fail_times": 5})
-    wait_for(lambda: _finished(run_id), timeout=30)
+    tasks.drain()
     run = get_run(run_id)
     assert run.state == "failed"
     assert run.error == "RuntimeError: flaky failure 3"
@@ -113,16 +110,17 @@ def test_a_run_pinned_to_a_version_this_worker_lacks_fails_closed(db: str) -> No
     assert "needs flow 'three_steps' version 7" in refused
 
 
-def test_a_step_longer_than_its_lease_keeps_it_and_runs_once(
-    db: str, shared_worker: WorkerProcess
-) -> None:
+def test_a_step_longer_than_its_lease_keeps_it_and_runs_once(tasks: TaskRecorder) -> None:
     from worker.reaper import reap
 
     # Given a step whose lease is 2 s and which takes 5 s, and a reaper sweeping all along
     run_id = enqueue_run("slow", {"sleep": 5})
-    while not _finished(run_id):
+    executing = threading.Thread(target=tasks.drain, name="drain")
+    executing.start()
+    while not _finished(run_id) and executing.is_alive():
         reap()
         time.sleep(0.3)
+    executing.join()
     # Then the worker renewed its lease: nobody requeued the run, the step ran once
     assert get_run(run_id).state == "succeeded"
     with transaction(readonly=True) as session:

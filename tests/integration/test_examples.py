@@ -1,10 +1,9 @@
-"""The two example flows end to end, with the shared real worker, on both backends."""
+"""The two example flows end to end, executed in-process (``drain``), on both backends."""
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
-from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -12,11 +11,12 @@ from sqlalchemy import func, select
 
 from examples import deploy_gate, procurement, records
 from models.contracts import InterruptView
-from models.db import transaction, utcnow
+from models.db import transaction
 from models.errors import InvalidInputError
 from models.tables import Effect, Event
-from tests.services import WorkerProcess, wait_for
+from tests.resumes import contract_for
 from worker import add_actor, enqueue_run, get_interrupt, get_run, submit_resume
+from worker.testing import TaskRecorder, drain
 
 FINISHED = {"succeeded", "failed", "cancelled", "expired"}
 ITEMS = [{"sku": "VLV-200", "description": "gate valve DN200", "quantity": 4, "unit_price": 310.0}]
@@ -37,37 +37,21 @@ def example_tables(database_url: str) -> Iterator[None]:
 
 
 def contract(interrupt: InterruptView, actor: str, **overrides: Any) -> dict[str, Any]:
-    base: dict[str, Any] = {
-        "schema_version": "resume.v1",
-        "run_id": interrupt.run_id,
-        "checkpoint_id": interrupt.checkpoint_id,
-        "interrupt_id": interrupt.id,
-        "actor": {"type": "human", "id": actor},
-        "decision": "approved",
-        "input": {},
-        "scope": interrupt.scope,
-        "evidence_hash": interrupt.evidence_hash,
-        "idempotency_key": uuid.uuid4().hex,
-        "expires_at": (utcnow() + timedelta(minutes=10)).isoformat(),
-    }
-    base.update(overrides)
-    return base
+    return contract_for(interrupt, actor, **overrides)
 
 
 def waiting_on(run_id: str) -> InterruptView:
-    def pending() -> InterruptView | None:
-        run = get_run(run_id)
-        assert run.state not in FINISHED, f"run finished early: {run.state} {run.error}"
-        return run.pending_interrupts[0] if run.pending_interrupts else None
-
-    found: InterruptView = wait_for(pending, timeout=30)
-    return found
+    drain()
+    run = get_run(run_id)
+    assert run.state not in FINISHED, f"run finished early: {run.state} {run.error}"
+    assert run.pending_interrupts, f"run {run_id} is {run.state}, not waiting"
+    return run.pending_interrupts[0]
 
 
 def finished(run_id: str) -> str:
-    state: str = wait_for(
-        lambda: s if (s := get_run(run_id).state) in FINISHED else None, timeout=30
-    )
+    drain()
+    state = get_run(run_id).state
+    assert state in FINISHED, f"run {run_id} is {state}, not finished"
     return state
 
 
@@ -85,7 +69,7 @@ def counter(run_id: str, trigger: str) -> int:
     return int(found)
 
 
-def test_procurement_renewed_review_then_one_order(db: str, shared_worker: WorkerProcess) -> None:
+def test_procurement_renewed_review_then_one_order(tasks: TaskRecorder) -> None:
     # Given an engineer, a buyer, and a purchase request from a supplier that is not sanctioned
     engineer = add_actor("eng.ada", ["engineer"])
     buyer = add_actor("buyer.bo", ["buyer"])
@@ -135,9 +119,7 @@ def test_procurement_renewed_review_then_one_order(db: str, shared_worker: Worke
     assert counter(run_id, "effect_skipped") == 1
 
 
-def test_procurement_sanctioned_supplier_finishes_without_waiting(
-    db: str, shared_worker: WorkerProcess
-) -> None:
+def test_procurement_sanctioned_supplier_finishes_without_waiting(tasks: TaskRecorder) -> None:
     # Given a request from a sanctioned supplier
     request_id = f"PR-{uuid.uuid4().hex[:8]}"
     procurement.submit_request(request_id, "obsidian-holdings", ITEMS)
@@ -152,9 +134,7 @@ def test_procurement_sanctioned_supplier_finishes_without_waiting(
     assert procurement.orders_for(request_id) == []
 
 
-def test_procurement_not_fit_certificate_places_no_order(
-    db: str, shared_worker: WorkerProcess
-) -> None:
+def test_procurement_not_fit_certificate_places_no_order(tasks: TaskRecorder) -> None:
     # Given a waiting request
     engineer = add_actor("eng.grace", ["engineer"])
     request_id = f"PR-{uuid.uuid4().hex[:8]}"
@@ -171,9 +151,7 @@ def test_procurement_not_fit_certificate_places_no_order(
     assert procurement.orders_for(request_id) == []
 
 
-def test_procurement_rejects_bad_certificates_and_unknown_requests(
-    db: str, shared_worker: WorkerProcess
-) -> None:
+def test_procurement_rejects_bad_certificates_and_unknown_requests(tasks: TaskRecorder) -> None:
     # Given a waiting request
     engineer = add_actor("eng.linus", ["engineer"])
     request_id = f"PR-{uuid.uuid4().hex[:8]}"
@@ -197,7 +175,7 @@ DIFF = "--- a/app.py\n+++ b/app.py\n@@ -1 +1 @@\n-RETRIES = 3\n+RETRIES = 5\n"
 
 
 def test_deploy_gate_binds_approval_to_scope_and_diff_then_deploys_once(
-    db: str, shared_worker: WorkerProcess
+    tasks: TaskRecorder,
 ) -> None:
     # Given a requester and a release manager, and a production deployment asked for
     requester = add_actor("dev.kim", ["release-manager"])
@@ -244,7 +222,7 @@ def test_deploy_gate_binds_approval_to_scope_and_diff_then_deploys_once(
     assert effect_statuses(run_id) == {"deploy": "applied"}
 
 
-def test_deploy_gate_rejection_deploys_nothing(db: str, shared_worker: WorkerProcess) -> None:
+def test_deploy_gate_rejection_deploys_nothing(tasks: TaskRecorder) -> None:
     manager = add_actor("rm.ortiz", ["release-manager"])
     run_id = enqueue_run(
         "deploy_gate",

@@ -1,12 +1,10 @@
-"""Expiry policies applied by the sweep (called here in-process) with a real worker and Redis."""
+"""Expiry policies applied by the sweep, with steps and resumes executed in-process (``drain``)."""
 
 from __future__ import annotations
 
 import os
 import threading
-import uuid
 from datetime import timedelta
-from functools import partial
 from typing import Any
 
 import redis
@@ -16,7 +14,8 @@ from models.contracts import InterruptView
 from models.db import transaction, utcnow
 from models.tables import Interrupt
 from tests.flows.expiry import NOTIFIED
-from tests.services import WorkerProcess, wait_for
+from tests.resumes import contract_for
+from tests.services import wait_for
 from worker import (
     add_actor,
     enqueue_run,
@@ -28,14 +27,16 @@ from worker import (
 )
 from worker.runs import list_events
 from worker.sweeps import sweep_expired
+from worker.testing import TaskRecorder, drain
 
 SYSTEM = "system:expiry"
 
 
 def _waiting(policy: str, expires_in: float = 1.0, **extra: Any) -> tuple[str, InterruptView]:
-    """A run of the ``expiring`` flow, run by the real worker until it waits."""
+    """A run of the ``expiring`` flow, executed until it waits."""
     run_id = enqueue_run("expiring", {"policy": policy, "expires_in": expires_in, **extra})
-    wait_for(lambda: get_run(run_id).state == "waiting", timeout=30)
+    drain()
+    assert get_run(run_id).state == "waiting"
     (interrupt,) = get_run(run_id).pending_interrupts
     return run_id, interrupt
 
@@ -53,20 +54,7 @@ def _sweep_until(count: int) -> int:
 
 
 def _contract(interrupt: InterruptView, actor: str, **overrides: Any) -> dict[str, Any]:
-    return {
-        "schema_version": "resume.v1",
-        "run_id": interrupt.run_id,
-        "checkpoint_id": interrupt.checkpoint_id,
-        "interrupt_id": interrupt.id,
-        "actor": {"type": "human", "id": actor},
-        "decision": "approved",
-        "input": {"choice": f"picked by {actor}"},
-        "scope": interrupt.scope,
-        "evidence_hash": interrupt.evidence_hash,
-        "idempotency_key": uuid.uuid4().hex,
-        "expires_at": (utcnow() + timedelta(minutes=5)).isoformat(),
-        **overrides,
-    }
+    return contract_for(interrupt, actor, input={"choice": f"picked by {actor}"}, **overrides)
 
 
 def _transitions(run_id: str) -> list[tuple[str, str, str | None]]:
@@ -77,9 +65,7 @@ def _finished(run_id: str) -> bool:
     return get_run(run_id).state in {"succeeded", "failed", "cancelled", "expired"}
 
 
-def test_expire_policy_ends_the_run_and_a_late_resume_is_refused(
-    db: str, shared_worker: WorkerProcess
-) -> None:
+def test_expire_policy_ends_the_run_and_a_late_resume_is_refused(tasks: TaskRecorder) -> None:
     # Given a run waiting on an interrupt with a one-second deadline and the expire policy
     credential = add_actor("alice", ["approver"])
     run_id, interrupt = _waiting("expire")
@@ -105,7 +91,7 @@ def test_expire_policy_ends_the_run_and_a_late_resume_is_refused(
     assert sweep_expired(now=utcnow() + timedelta(days=30)) == 0
 
 
-def test_cancel_policy_cancels_the_run(db: str, shared_worker: WorkerProcess) -> None:
+def test_cancel_policy_cancels_the_run(tasks: TaskRecorder) -> None:
     run_id, interrupt = _waiting("cancel")
     assert _sweep_until(1) == 1
     assert get_interrupt(interrupt.id).status == "expired"
@@ -113,9 +99,7 @@ def test_cancel_policy_cancels_the_run(db: str, shared_worker: WorkerProcess) ->
     assert _transitions(run_id)[-1] == ("cancel", SYSTEM, "cancelled")
 
 
-def test_escalate_policy_hands_the_wait_to_the_escalation_roles(
-    db: str, shared_worker: WorkerProcess
-) -> None:
+def test_escalate_policy_hands_the_wait_to_the_escalation_roles(tasks: TaskRecorder) -> None:
     notified = redis.Redis.from_url(os.environ["INTERLUDE_TEST_REDIS"], decode_responses=True)
     alice = add_actor("alice", ["approver"])
     boss = add_actor("boss", ["manager"])
@@ -147,13 +131,14 @@ def test_escalate_policy_hands_the_wait_to_the_escalation_roles(
     assert denied.outcome == "denied", denied.reason
     accepted = submit_resume(_contract(new, "boss"), boss)
     assert accepted.outcome == "accepted", accepted.reason
-    wait_for(lambda: _finished(run_id), timeout=30)
+    drain()
+    assert _finished(run_id)
     run = get_run(run_id)
     assert run.state == "succeeded", run.error
     assert run.output["choice"] == "picked by boss"
 
 
-def test_escalation_limit_ends_in_expire(db: str, shared_worker: WorkerProcess) -> None:
+def test_escalation_limit_ends_in_expire(tasks: TaskRecorder) -> None:
     # Given an interrupt that may be escalated twice, each time for half a second
     run_id, _ = _waiting("escalate", escalation_expires_in=0.5, max_escalations=2)
     # When three sweeps find it due in turn
@@ -175,13 +160,12 @@ def test_escalation_limit_ends_in_expire(db: str, shared_worker: WorkerProcess) 
     assert last.detail["note"] == "escalation limit reached"
 
 
-def test_default_policy_resumes_with_the_default_input(
-    db: str, shared_worker: WorkerProcess
-) -> None:
+def test_default_policy_resumes_with_the_default_input(tasks: TaskRecorder) -> None:
     run_id, interrupt = _waiting("default")
     assert _sweep_until(1) == 1
     # Then the run continues and the step sees the declared default as the resume value
-    wait_for(lambda: _finished(run_id), timeout=30)
+    drain()
+    assert _finished(run_id)
     run = get_run(run_id)
     assert run.state == "succeeded", run.error
     assert run.output == {"choice": "fallback", "answered_by": SYSTEM, "recorded": True}
@@ -196,9 +180,7 @@ def test_default_policy_resumes_with_the_default_input(
     assert accepts == [(f"service:{SYSTEM}", "resuming")]
 
 
-def test_a_resume_accepted_before_the_sweep_is_not_expired(
-    db: str, shared_worker: WorkerProcess
-) -> None:
+def test_a_resume_accepted_before_the_sweep_is_not_expired(tasks: TaskRecorder) -> None:
     credential = add_actor("alice", ["approver"])
     run_id, interrupt = _waiting("expire", expires_in=60)
     accepted = submit_resume(_contract(interrupt, "alice"), credential)
@@ -206,15 +188,14 @@ def test_a_resume_accepted_before_the_sweep_is_not_expired(
     # When a sweep runs at a time the deadline would have passed
     assert sweep_expired(now=utcnow() + timedelta(hours=1)) == 0
     # Then the interrupt stays resolved by its responder and the run finishes normally
-    wait_for(lambda: _finished(run_id), timeout=30)
+    drain()
+    assert _finished(run_id)
     assert get_run(run_id).state == "succeeded"
     assert get_interrupt(interrupt.id).resolved_by == "alice"
     assert not [e for e in list_events(run_id) if e.actor == SYSTEM]
 
 
-def test_a_contract_past_its_expires_at_is_refused_and_recorded(
-    db: str, shared_worker: WorkerProcess
-) -> None:
+def test_a_contract_past_its_expires_at_is_refused_and_recorded(tasks: TaskRecorder) -> None:
     credential = add_actor("alice", ["approver"])
     run_id, interrupt = _waiting("expire", expires_in=3600)
     stale = (utcnow() - timedelta(seconds=1)).isoformat()
@@ -226,9 +207,7 @@ def test_a_contract_past_its_expires_at_is_refused_and_recorded(
     assert get_run(run_id).state == "waiting"
 
 
-def test_expired_interrupts_are_an_operator_queue_oldest_first(
-    db: str, shared_worker: WorkerProcess
-) -> None:
+def test_expired_interrupts_are_an_operator_queue_oldest_first(tasks: TaskRecorder) -> None:
     runs = [_waiting("expire")[0] for _ in range(3)]
     _sweep_until(1)
     wait_for(lambda: sweep_expired() == 0 and len(list_interrupts(status="expired")) == 3)
@@ -238,7 +217,7 @@ def test_expired_interrupts_are_an_operator_queue_oldest_first(
 
 
 def test_batches_go_on_and_rows_that_cannot_be_handled_do_not_stop_them(
-    db: str, shared_worker: WorkerProcess
+    tasks: TaskRecorder,
 ) -> None:
     # Given six due interrupts: one whose default input this process cannot validate (it
     # does not know the schema version) and one whose escalation record is broken
@@ -268,7 +247,7 @@ def test_batches_go_on_and_rows_that_cannot_be_handled_do_not_stop_them(
 
 
 def test_resumes_racing_a_sweep_are_either_accepted_or_refused_never_both(
-    db: str, shared_worker: WorkerProcess
+    tasks: TaskRecorder,
 ) -> None:
     # Given twenty waiting runs whose deadline the sweep will consider passed
     credential = add_actor("alice", ["approver"])
@@ -294,12 +273,12 @@ def test_resumes_racing_a_sweep_are_either_accepted_or_refused_never_both(
     for thread in threads:
         thread.join(60)
     # Then each interrupt went one way only: resolved by alice, or expired with a stale refusal
+    tasks.drain()
     for interrupt in waiting:
         final = get_interrupt(interrupt.id)
         system = [e.trigger for e in list_events(interrupt.run_id) if e.actor == SYSTEM]
         if results[interrupt.id] == "accepted":
             assert (final.status, final.resolved_by, system) == ("resolved", "alice", [])
-            wait_for(partial(_finished, interrupt.run_id), timeout=30)
             assert get_run(interrupt.run_id).state == "succeeded"
         else:
             assert results[interrupt.id] == "stale"

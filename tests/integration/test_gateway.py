@@ -18,8 +18,8 @@ from models.contracts import InterruptView, ResumeContract
 from models.db import transaction, utcnow
 from models.tables import Event, Interrupt
 from tests.flows.interrupts import Approval, scratch_redis
-from tests.resumes import contract_for, snapshot, wait_finished, wait_pending
-from tests.services import WorkerProcess, wait_for
+from tests.resumes import contract_for, drain_finished, drain_pending, snapshot
+from tests.services import wait_for
 from worker import (
     add_actor,
     enqueue_run,
@@ -30,6 +30,10 @@ from worker import (
     set_actor_roles,
     submit_resume,
 )
+from worker.app import TASK_RESUME
+from worker.testing import TaskRecorder
+
+pytestmark = pytest.mark.usefixtures("scratch")
 
 
 @dataclass
@@ -40,11 +44,11 @@ class Waiting:
 
 
 @pytest.fixture()
-def waiting(db: str, shared_worker: WorkerProcess) -> Waiting:
+def waiting(db: str, tasks: TaskRecorder) -> Waiting:
     """An approval run waiting on its ``approve`` interrupt; alice may approve it."""
     credential = add_actor("alice", ["approver"])
     run_id = enqueue_run("approval", {"env": "prod", "diff": "d-1"})
-    return Waiting(run_id, wait_pending(run_id), credential)
+    return Waiting(run_id, drain_pending(run_id), credential)
 
 
 def _last_attempt(interrupt_id: str) -> Any:
@@ -179,7 +183,7 @@ def test_refused_attempt_changes_nothing_and_is_kept(waiting: Waiting, case: str
     # And the interrupt can still be released by a correct contract
     result = submit_resume(contract_for(waiting.interrupt, "alice"), waiting.credential)
     assert result.accepted, result.reason
-    assert wait_finished(waiting.run_id) == "succeeded"
+    assert drain_finished(waiting.run_id) == "succeeded"
 
 
 @pytest.mark.parametrize("contract", [None, "resume", 42, [1, 2], {"schema_version": "resume.v1"}])
@@ -196,17 +200,19 @@ def test_a_pydantic_contract_is_accepted_like_a_dict(waiting: Waiting) -> None:
     result = submit_resume(contract, waiting.credential)
     assert result.accepted, result.reason
     assert _last_attempt(waiting.interrupt.id).payload == contract.model_dump(mode="json")
-    assert wait_finished(waiting.run_id) == "succeeded"
+    assert drain_finished(waiting.run_id) == "succeeded"
 
 
-def test_accepted_resume_continues_the_run_once(waiting: Waiting) -> None:
+def test_accepted_resume_continues_the_run_once(waiting: Waiting, tasks: TaskRecorder) -> None:
     # When alice approves with a comment
     contract = contract_for(waiting.interrupt, "alice", input={"comment": "ship it"})
     result = submit_resume(contract, waiting.credential)
-    # Then the attempt is accepted and the step that asked resumes with her answer
+    # Then the attempt is accepted, one resume task is published...
     assert result.accepted, result.reason
     assert result.run_id == waiting.run_id
-    assert wait_finished(waiting.run_id) == "succeeded"
+    assert [(t.name, t.run_id) for t in tasks.pending] == [(TASK_RESUME, waiting.run_id)]
+    # ...and the step that asked resumes with her answer
+    assert drain_finished(waiting.run_id) == "succeeded"
     run = get_run(waiting.run_id)
     assert run.output == {
         "prepared": True,
@@ -246,16 +252,16 @@ def test_a_rejection_is_returned_to_the_step(waiting: Waiting) -> None:
         contract_for(waiting.interrupt, "alice", decision="rejected"), waiting.credential
     )
     assert result.accepted, result.reason
-    assert wait_finished(waiting.run_id) == "succeeded"
+    assert drain_finished(waiting.run_id) == "succeeded"
     output = get_run(waiting.run_id).output
     assert output["decision"] == "rejected"
     assert output["comment"] is None
 
 
-def test_interrupt_deadline_passed_is_expired(db: str, shared_worker: WorkerProcess) -> None:
+def test_interrupt_deadline_passed_is_expired(db: str, tasks: TaskRecorder) -> None:
     credential = add_actor("alice", ["approver"])
     run_id = enqueue_run("approval", {"env": "prod", "expires_in": 1})
-    interrupt = wait_pending(run_id)
+    interrupt = drain_pending(run_id)
     wait_for(lambda: utcnow() > interrupt.deadline, timeout=10)
     w = Waiting(run_id, interrupt, credential)
     _assert_refused_and_kept(
@@ -292,13 +298,11 @@ def test_role_removed_while_the_run_waited_is_denied(waiting: Waiting) -> None:
     assert submit_resume(contract_for(waiting.interrupt, "alice"), waiting.credential).accepted
 
 
-def test_the_starter_cannot_approve_a_separated_interrupt(
-    db: str, shared_worker: WorkerProcess
-) -> None:
+def test_the_starter_cannot_approve_a_separated_interrupt(db: str, tasks: TaskRecorder) -> None:
     alice = add_actor("alice", ["approver"])
     bob = add_actor("bob", ["approver"])
     run_id = enqueue_run("guarded", {}, started_by="alice")
-    interrupt = wait_pending(run_id)
+    interrupt = drain_pending(run_id)
     assert interrupt.separate_from_starter is True
     w = Waiting(run_id, interrupt, alice)
     _assert_refused_and_kept(
@@ -306,7 +310,7 @@ def test_the_starter_cannot_approve_a_separated_interrupt(
     )
     # Another approver may
     assert submit_resume(contract_for(interrupt, "bob"), bob).accepted
-    assert wait_finished(run_id) == "succeeded"
+    assert drain_finished(run_id) == "succeeded"
     assert get_run(run_id).output == {"signed_by": "bob"}
 
 
@@ -346,13 +350,13 @@ def test_a_schema_registered_nowhere_here_is_refused_as_unknown_schema(waiting: 
     )
 
 
-def test_renewed_review_when_the_evidence_changed(db: str, shared_worker: WorkerProcess) -> None:
+def test_renewed_review_when_the_evidence_changed(db: str, tasks: TaskRecorder) -> None:
     # Given a price approval raised while the price was 10
     credential = add_actor("alice", ["approver"])
     redis = scratch_redis()
     redis.set("price:sku-9", "10")
     run_id = enqueue_run("priced", {"sku": "sku-9"})
-    old = wait_pending(run_id)
+    old = drain_pending(run_id)
     assert old.evidence == {"sku": "sku-9", "price": "10"}
     # When the price changes before alice approves what she was shown
     redis.set("price:sku-9", "12")
@@ -381,28 +385,27 @@ def test_renewed_review_when_the_evidence_changed(db: str, shared_worker: Worker
     attempt = _last_attempt(old.id)
     assert (attempt.outcome, attempt.payload) == ("renewed_review_required", contract)
     # And the flow was notified of the new interrupt, after it committed
-    notes = wait_for(lambda: len(redis.lrange(f"notified:{run_id}", 0, -1)) == 2 or None)
-    assert notes
+    assert len(redis.lrange(f"notified:{run_id}", 0, -1)) == 2
     # And the old contract can no longer release anything
     again = submit_resume(contract_for(old, "alice"), credential)
     assert again.outcome == "stale"
     # When alice approves the renewed review, the run continues at the new price
     assert submit_resume(contract_for(renewed, "alice"), credential).accepted
-    assert wait_finished(run_id) == "succeeded"
+    assert drain_finished(run_id) == "succeeded"
     assert get_run(run_id).output == {"price": "12", "comment": ""}
 
 
-def test_stale_contract_after_the_run_moved_on(db: str, shared_worker: WorkerProcess) -> None:
+def test_stale_contract_after_the_run_moved_on(db: str, tasks: TaskRecorder) -> None:
     # Given a run that was released at checkpoint N and now waits at checkpoint N+1
     credentials = {a: add_actor(a, [r]) for a, r in [("lee", "legal"), ("fin", "finance")]}
     credentials["ops"] = add_actor("ops", ["ops"])
     run_id = enqueue_run("multi_gate", {})
-    legal = wait_pending(run_id, "legal")
+    legal = drain_pending(run_id, "legal")
     assert submit_resume(contract_for(legal, "lee"), credentials["lee"]).accepted
-    finance = wait_pending(run_id, "finance")
+    finance = drain_pending(run_id, "finance")
     receipt = {"invoice": "INV-1", "total": 12.5}
     assert submit_resume(contract_for(finance, "fin", input=receipt), credentials["fin"]).accepted
-    shipped = wait_pending(run_id, "shipped")
+    shipped = drain_pending(run_id, "shipped")
     assert shipped.checkpoint_id != finance.checkpoint_id
     w = Waiting(run_id, shipped, credentials["ops"])
     # When a contract for checkpoint N arrives, for the old interrupt or for the new one
@@ -413,15 +416,15 @@ def test_stale_contract_after_the_run_moved_on(db: str, shared_worker: WorkerPro
     # Then both were refused and kept, and the right contract still works
     event = contract_for(shipped, "ops", input={"tracking": "TRK-1"})
     assert submit_resume(event, credentials["ops"]).accepted
-    assert wait_finished(run_id) == "succeeded"
+    assert drain_finished(run_id) == "succeeded"
 
 
 def test_duplicate_returns_the_first_outcome_without_a_second_continuation(
-    db: str, shared_worker: WorkerProcess
+    db: str, tasks: TaskRecorder
 ) -> None:
     credential = add_actor("alice", ["approver"])
     run_id = enqueue_run("raced", {})
-    interrupt = wait_pending(run_id)
+    interrupt = drain_pending(run_id)
     contract = contract_for(interrupt, "alice", key="the-one-key")
     # When the same contract is submitted twice
     first = submit_resume(contract, credential)
@@ -431,7 +434,7 @@ def test_duplicate_returns_the_first_outcome_without_a_second_continuation(
     assert second.outcome == "duplicate"
     assert second.original_outcome == "accepted"
     assert str(first.attempt_id) in second.reason
-    assert wait_finished(run_id) == "succeeded"
+    assert drain_finished(run_id) == "succeeded"
     # And a third, after the run finished, is still only a duplicate
     third = submit_resume(contract, credential)
     assert (third.outcome, third.original_outcome) == ("duplicate", "accepted")

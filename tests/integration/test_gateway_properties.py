@@ -22,10 +22,10 @@ from sqlalchemy import select
 from models.contracts import InterruptView, ResumeResult
 from models.db import transaction, utcnow
 from models.tables import Checkpoint, Interrupt, ResumeAttempt, Run
-from tests.resumes import contract_for, wait_finished, wait_pending
-from tests.services import WorkerProcess
+from tests.resumes import contract_for, drain_finished, drain_pending
 from worker import add_actor, enqueue_run, submit_resume
 from worker.gateway import MAX_PAYLOAD_CHARS
+from worker.testing import TaskRecorder
 
 EXAMPLES = 100
 SETTINGS = settings(
@@ -65,17 +65,17 @@ class Stage:
 
     def replace(self, run_id: str) -> None:
         """An accepted example released ``run_id``: let it finish, start another in its place."""
-        assert wait_finished(run_id) == "succeeded"
+        assert drain_finished(run_id) == "succeeded"
         self.waiting = [i for i in self.waiting if i.run_id != run_id]
         self.waiting.append(_waiting_run())
 
 
 def _waiting_run() -> InterruptView:
-    return wait_pending(enqueue_run("approval", {"env": "prod"}))
+    return drain_pending(enqueue_run("approval", {"env": "prod"}))
 
 
 @pytest.fixture()
-def stage(db: str, shared_worker: WorkerProcess) -> Stage:
+def stage(db: str, tasks: TaskRecorder) -> Stage:
     credentials = {"alice": add_actor("alice", ["approver"]), "bob": add_actor("bob", ["viewer"])}
     return Stage(credentials, [_waiting_run(), _waiting_run()])
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
+import threading
 from datetime import timedelta
 
 import pytest
@@ -20,8 +20,8 @@ from models.errors import (
 )
 from models.tables import Actor, Event, Run
 from tests.flows.interrupts import Receipt, scratch_redis
-from tests.resumes import contract_for, wait_finished, wait_pending
-from tests.services import WorkerProcess, wait_for
+from tests.resumes import contract_for, drain_finished, drain_pending
+from tests.services import wait_for
 from worker import (
     add_actor,
     enqueue_run,
@@ -36,6 +36,9 @@ from worker import (
     submit_resume,
 )
 from worker.schemas import BudgetGrant, OperatorRelease
+from worker.testing import TaskRecorder
+
+pytestmark = pytest.mark.usefixtures("scratch")
 
 
 def _counter(key: str) -> int:
@@ -52,14 +55,14 @@ def multi_actors(db: str) -> dict[str, str]:
 
 
 def test_interrupt_records_every_field_and_the_worker_lets_go(
-    multi_actors: dict[str, str], shared_worker: WorkerProcess
+    multi_actors: dict[str, str], tasks: TaskRecorder
 ) -> None:
     # Given a run whose first step asks legal, then finance
     run_id = enqueue_run("multi_gate", {"contract": "c-7"})
-    legal = wait_pending(run_id, "legal")
+    legal = drain_pending(run_id, "legal")
     assert submit_resume(contract_for(legal, "lee"), multi_actors["lee"]).accepted
     # When it stops at the second interrupt of the same step
-    finance = wait_pending(run_id, "finance")
+    finance = drain_pending(run_id, "finance")
     # Then the interrupt records everything a responder and an auditor need
     run = get_run(run_id)
     recorded = get_interrupt(finance.id)
@@ -101,22 +104,22 @@ def test_interrupt_records_every_field_and_the_worker_lets_go(
 
 
 def test_answers_come_back_in_order_across_re_executions(
-    multi_actors: dict[str, str], shared_worker: WorkerProcess
+    multi_actors: dict[str, str], tasks: TaskRecorder
 ) -> None:
     # Given a run with two interrupts in its first step and a third in its second
     run_id = enqueue_run("multi_gate", {})
-    legal = wait_pending(run_id, "legal")
+    legal = drain_pending(run_id, "legal")
     # When each is answered in turn
     comment = {"comment": "clause 2 is fine"}
     assert submit_resume(contract_for(legal, "lee", input=comment), multi_actors["lee"]).accepted
-    finance = wait_pending(run_id, "finance")
+    finance = drain_pending(run_id, "finance")
     receipt = {"invoice": "INV-9", "total": 99.5}
     assert submit_resume(contract_for(finance, "fin", input=receipt), multi_actors["fin"]).accepted
-    shipped = wait_pending(run_id, "shipped")
+    shipped = drain_pending(run_id, "shipped")
     reject = contract_for(shipped, "ops", decision="rejected", input={"tracking": "none"})
     assert submit_resume(reject, multi_actors["ops"]).accepted
     # Then the step re-executed from its beginning each time and got every answer by name
-    assert wait_finished(run_id) == "succeeded"
+    assert drain_finished(run_id) == "succeeded"
     assert _counter(f"multi:review:{run_id}") == 3
     assert get_run(run_id).output == {
         "legal": ["approved", "lee", {"comment": "clause 2 is fine", "amount_limit": None}],
@@ -136,15 +139,13 @@ def test_answers_come_back_in_order_across_re_executions(
     assert interrupts[2].decision == "rejected"
 
 
-def test_budget_interrupt_is_granted_through_the_gateway(
-    db: str, shared_worker: WorkerProcess
-) -> None:
+def test_budget_interrupt_is_granted_through_the_gateway(db: str, tasks: TaskRecorder) -> None:
     operator = add_actor("ops", ["operator"])
     approver = add_actor("alice", ["approver"])
     # Given a run with an allowance of 10 whose step spends 4 + 4 + 4
     run_id = enqueue_run("metered", {"costs": [4, 4, 4]})
     # Then it stops with a budget interrupt when the third spend would exceed it
-    budget = wait_pending(run_id)
+    budget = drain_pending(run_id)
     assert (budget.kind, budget.name, budget.schema_id) == ("budget", "budget.1", "budget.v1")
     assert budget.evidence == {"allowance": 10, "consumed": 8, "requested": 4}
     assert budget.roles == ["operator"]
@@ -153,13 +154,13 @@ def test_budget_interrupt_is_granted_through_the_gateway(
     assert denied.outcome == "denied"
     # When too small a grant is accepted, Then the same step asks again at the same checkpoint
     assert submit_resume(contract_for(budget, "ops", input={"units": 1}), operator).accepted
-    again = wait_pending(run_id, "budget.2")
+    again = drain_pending(run_id, "budget.2")
     assert again.checkpoint_id == budget.checkpoint_id
     assert again.evidence == {"allowance": 11, "consumed": 8, "requested": 4}
     # When enough is granted, Then the run finishes having spent 12 of 16
     grant = BudgetGrant(units=5, note="one more").model_dump()
     assert submit_resume(contract_for(again, "ops", input=grant), operator).accepted
-    assert wait_finished(run_id) == "succeeded"
+    assert drain_finished(run_id) == "succeeded"
     run = get_run(run_id)
     assert (run.budget_allowance, run.budget_consumed) == (16, 12)
     assert run.output == {"consumed": 12}
@@ -167,30 +168,33 @@ def test_budget_interrupt_is_granted_through_the_gateway(
     assert _counter(f"metered:after:{run_id}") == 1
 
 
-def test_a_refused_budget_grant_fails_the_run(db: str, shared_worker: WorkerProcess) -> None:
+def test_a_refused_budget_grant_fails_the_run(db: str, tasks: TaskRecorder) -> None:
     operator = add_actor("ops", ["operator"])
     run_id = enqueue_run("metered", {"costs": [11]})
-    budget = wait_pending(run_id)
+    budget = drain_pending(run_id)
     assert submit_resume(contract_for(budget, "ops", decision="rejected"), operator).accepted
-    assert wait_finished(run_id) == "failed"
+    assert drain_finished(run_id) == "failed"
     assert "budget exhausted" in (get_run(run_id).error or "")
     assert _counter(f"metered:after:{run_id}") == 0
 
 
-def test_operator_pause_stops_at_the_next_step_boundary(
-    db: str, shared_worker: WorkerProcess
-) -> None:
+def test_operator_pause_stops_at_the_next_step_boundary(db: str, tasks: TaskRecorder) -> None:
     operator = add_actor("ops", ["operator"])
     approver = add_actor("alice", ["approver"])
     redis = scratch_redis()
-    # Given a run busy in its first step
+    # Given a run busy in its first step (executing in another thread)
     run_id = enqueue_run("pausable", {})
-    wait_for(lambda: redis.get(f"pausable:holding:{run_id}"))
-    # When an operator asks it to pause, and the step then ends
-    pause_run(run_id, actor="lead")
-    redis.set(f"pausable:go:{run_id}", 1)
+    executing = threading.Thread(target=tasks.drain, name="drain")
+    executing.start()
+    try:
+        wait_for(lambda: redis.get(f"pausable:holding:{run_id}"))
+        # When an operator asks it to pause, and the step then ends
+        pause_run(run_id, actor="lead")
+    finally:
+        redis.set(f"pausable:go:{run_id}", 1)
+        executing.join()
     # Then it waits on an operator interrupt instead of running the next step
-    paused = wait_pending(run_id)
+    paused = drain_pending(run_id)
     assert (paused.kind, paused.name, paused.schema_id) == (
         "operator",
         "operator.pause",
@@ -206,32 +210,32 @@ def test_operator_pause_stops_at_the_next_step_boundary(
     assert submit_resume(contract_for(paused, "alice"), approver).outcome == "denied"
     release = OperatorRelease(note="carry on").model_dump()
     assert submit_resume(contract_for(paused, "ops", input=release), operator).accepted
-    assert wait_finished(run_id) == "succeeded"
+    assert drain_finished(run_id) == "succeeded"
     assert get_run(run_id).pause_requested_by is None
     assert _counter(f"pausable:after:{run_id}") == 1
 
 
-def test_pause_needs_an_actor_and_a_live_run(db: str, shared_worker: WorkerProcess) -> None:
+def test_pause_needs_an_actor_and_a_live_run(db: str, tasks: TaskRecorder) -> None:
     run_id = enqueue_run("quick", {})
     with pytest.raises(InvalidInputError, match="actor"):
         pause_run(run_id, actor="")
-    assert wait_finished(run_id) == "succeeded"
+    assert drain_finished(run_id) == "succeeded"
     with pytest.raises(InvalidTransitionError, match="cannot pause from succeeded"):
         pause_run(run_id, actor="lead")
 
 
-def test_the_notifier_sees_the_committed_interrupt(db: str, shared_worker: WorkerProcess) -> None:
+def test_the_notifier_sees_the_committed_interrupt(db: str, tasks: TaskRecorder) -> None:
     redis = scratch_redis()
     redis.set("price:sku-1", "3")
     run_id = enqueue_run("priced", {"sku": "sku-1"})
-    interrupt = wait_pending(run_id)
-    raw = wait_for(lambda: redis.lrange(f"notified:{run_id}", 0, -1))
-    notes = [json.loads(n) for n in raw]
-    # Called once, in the worker, after the commit: a fresh transaction already found it
+    assert redis.lrange(f"notified:{run_id}", 0, -1) == []
+    interrupt = drain_pending(run_id)
+    notes = [json.loads(n) for n in redis.lrange(f"notified:{run_id}", 0, -1)]
+    # Called once, by the step's execution (not at enqueue), after the commit: a fresh
+    # transaction already found it. (That a worker process calls it: tests/acceptance.)
     assert notes == [
         {"id": interrupt.id, "name": "approve", "visible": "pending", "pid": notes[0]["pid"]}
     ]
-    assert notes[0]["pid"] != os.getpid()
 
 
 def test_actor_credential_is_shown_once_and_stored_hashed(db: str) -> None:
@@ -288,16 +292,14 @@ def test_actors_can_be_revoked_and_their_roles_changed(db: str) -> None:
         set_actor_roles("nobody", ["x"])
 
 
-def test_read_api_filters_and_errors(
-    multi_actors: dict[str, str], shared_worker: WorkerProcess
-) -> None:
+def test_read_api_filters_and_errors(multi_actors: dict[str, str], tasks: TaskRecorder) -> None:
     first = enqueue_run("multi_gate", {})
     second = enqueue_run("approval", {})
-    legal = wait_pending(first, "legal")
-    approve = wait_pending(second)
+    legal = drain_pending(first, "legal")
+    approve = drain_pending(second)
     submit_resume(contract_for(legal, "lee"), multi_actors["lee"])
     submit_resume(contract_for(legal, "lee"), "ilc_wrong")
-    wait_pending(first, "finance")
+    drain_pending(first, "finance")
     # Filters combine; the oldest comes first
     assert [i.name for i in list_interrupts(run_id=first)] == ["legal", "finance"]
     assert [i.id for i in list_interrupts(kind="approval", status="pending")] == [approve.id]

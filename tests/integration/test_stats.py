@@ -5,7 +5,7 @@ from __future__ import annotations
 import socket
 import urllib.request
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
@@ -17,9 +17,9 @@ from models import runs as run_store
 from models.db import transaction, utcnow
 from models.enums import InterruptKind, ResumeOutcome, RunState
 from models.tables import Interrupt, ResumeAttempt, Run
-from tests.services import WorkerProcess, wait_for
-from worker import add_actor, enqueue_run, get_run, submit_resume
+from worker import ResumeContract, add_actor, enqueue_run, get_run, submit_resume
 from worker.stats import collect_stats, start_metrics_server
+from worker.testing import TaskRecorder
 
 # Slack for the time between writing the rows and reading the figures (never a duration check).
 SLACK = 60.0
@@ -189,7 +189,7 @@ def example_tables(database_url: str) -> Iterator[None]:
 
 
 def test_a_real_story_in_the_figures_and_the_exporter(
-    db: str, shared_worker: WorkerProcess, example_tables: None
+    tasks: TaskRecorder, example_tables: None
 ) -> None:
     # Given a procurement run that waited, had its review renewed, and was certified
     credential = add_actor("eng.stats", ["engineer"])
@@ -198,7 +198,8 @@ def test_a_real_story_in_the_figures_and_the_exporter(
         request_id, "acme-valves", [{"sku": "P-1", "quantity": 1, "unit_price": 10.0}]
     )
     run_id = enqueue_run("procurement", {"request_id": request_id})
-    first = wait_for(lambda: get_run(run_id).pending_interrupts, timeout=30)[0]
+    tasks.drain()
+    first = get_run(run_id).pending_interrupts[0]
     waiting = collect_stats()
     assert (waiting.waiting_runs, waiting.waiting_by_kind["evidence"]) == (1, 1)
     procurement.amend_request(request_id, [{"sku": "P-1", "quantity": 2, "unit_price": 10.0}])
@@ -208,7 +209,8 @@ def test_a_real_story_in_the_figures_and_the_exporter(
     assert renewed.new_interrupt_id == second.id
     accepted = submit_resume(_contract(second, "eng.stats", certificate), credential)
     assert accepted.outcome == "accepted", accepted.reason
-    wait_for(lambda: get_run(run_id).state == "succeeded", timeout=30)
+    tasks.drain()
+    assert get_run(run_id).state == "succeeded"
 
     # When the figures are collected and scraped
     stats = collect_stats()
@@ -236,38 +238,5 @@ def test_a_real_story_in_the_figures_and_the_exporter(
     assert samples["interlude_resume_stale_ratio"] == 0
 
 
-def _contract(interrupt: Any, actor: str, certificate: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "schema_version": "resume.v1",
-        "run_id": interrupt.run_id,
-        "checkpoint_id": interrupt.checkpoint_id,
-        "interrupt_id": interrupt.id,
-        "actor": {"type": "human", "id": actor},
-        "decision": "approved",
-        "input": certificate,
-        "scope": interrupt.scope,
-        "evidence_hash": interrupt.evidence_hash,
-        "idempotency_key": uuid.uuid4().hex,
-        "expires_at": (utcnow() + timedelta(minutes=10)).isoformat(),
-    }
-
-
-def test_a_worker_serves_the_metrics_when_asked(
-    db: str, start_worker: Callable[..., WorkerProcess]
-) -> None:
-    # Given a waiting-free database and a worker started with INTERLUDE_METRICS_PORT
-    port = free_port()
-    start_worker("-c", "1", INTERLUDE_METRICS_PORT=str(port))
-    # When Prometheus scrapes it
-    samples = wait_for(lambda: _try_scrape(port), timeout=30)
-    # Then the worker answers with interlude's figures
-    assert samples["interlude_stats_up"] == 1
-    assert samples["interlude_waiting_runs{kind=approval}"] == 0
-    assert "interlude_steps_reexecuted_total" in samples
-
-
-def _try_scrape(port: int) -> dict[str, float] | None:
-    try:
-        return scrape(port)
-    except OSError:
-        return None
+def _contract(interrupt: Any, actor: str, certificate: dict[str, Any]) -> ResumeContract:
+    return ResumeContract.for_interrupt(interrupt, actor=actor, input=certificate)
