@@ -17,8 +17,6 @@ import pytest
 import redis
 from sqlalchemy import create_engine, text
 
-from worker.processes import START_SECONDS, kill_process, start_celery, stop_process
-
 ROOT = Path(__file__).resolve().parent.parent
 PG_ADMIN_URL = os.environ.get(
     "INTERLUDE_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
@@ -78,7 +76,11 @@ class WorkerProcess:
         self.kind = kind
         self.proc: subprocess.Popen[bytes] | None = None
 
-    def start(self, timeout: float = START_SECONDS) -> WorkerProcess:
+    def start(self, timeout: float = 30.0) -> WorkerProcess:
+        # Imported here, not at the top: importing ``worker`` creates the Celery app, which must
+        # see the broker that tests/conftest.py sets after importing this module.
+        from worker.processes import start_celery
+
         args: list[str] = []
         if self.kind == "worker":
             args += [
@@ -102,10 +104,14 @@ class WorkerProcess:
 
     def kill(self) -> None:
         """SIGKILL the whole process group: the main process and its pool children."""
+        from worker.processes import kill_process
+
         if self.proc is not None:
             kill_process(self.proc)
 
     def stop(self) -> None:
+        from worker.processes import stop_process
+
         if self.proc is not None:
             stop_process(self.proc)
 
