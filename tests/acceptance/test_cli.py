@@ -16,6 +16,7 @@ import subprocess
 import sys
 import urllib.request
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -390,15 +391,16 @@ def test_metrics_are_served_until_interrupted(cli: Cli) -> None:
     # Given a waiting run and the exporter started on a free port
     waiting_on(enqueue_run("approval", {"env": "qa"}))
     port = free_port()
-    exporter = subprocess.Popen(
-        [str(INTERLUDE), "metrics", "--port", str(port)],
-        cwd=ROOT,
-        env=cli.env,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    with sigint_as_at_a_terminal():
+        exporter = subprocess.Popen(
+            [str(INTERLUDE), "metrics", "--port", str(port)],
+            cwd=ROOT,
+            env=cli.env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
     try:
         # When Prometheus scrapes it
         page = wait_for(lambda: scrape(port), timeout=30)
@@ -409,6 +411,21 @@ def test_metrics_are_served_until_interrupted(cli: Cli) -> None:
     assert 'interlude_waiting_runs{kind="approval"} 1.0' in page
     assert exporter.returncode == 0, stderr
     assert stdout == "" and "Traceback" not in stderr
+
+
+@contextmanager
+def sigint_as_at_a_terminal() -> Iterator[None]:
+    """Children started in this block get SIGINT's default disposition, as at a terminal.
+
+    A test run started in the background by a shell without job control (``make test &`` in a
+    script, many CI runners) ignores SIGINT, and children inherit that: the exporter would never
+    see the Ctrl-C this test sends. A handler, unlike "ignore", is reset to the default by exec.
+    """
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def free_port() -> int:
