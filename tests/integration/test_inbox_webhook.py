@@ -12,9 +12,9 @@ import pytest
 
 from examples import deploy_gate, inbox_webhook
 from models.settings import reset_settings
-from tests.resumes import wait_pending
-from tests.services import WorkerProcess
+from tests.resumes import drain_pending
 from worker import enqueue_run
+from worker.testing import TaskRecorder
 
 REQUEST = {"service": "billing", "environment": "production", "version": "2.4.1", "diff": "d"}
 
@@ -60,14 +60,13 @@ def test_the_recipe_is_a_notifier_of_the_deploy_gate() -> None:
 
 
 def test_a_new_interrupt_is_posted_with_its_inbox_link(
-    db: str,
-    shared_worker: WorkerProcess,
+    tasks: TaskRecorder,
     webhook: tuple[str, Received],
     settings_env: pytest.MonkeyPatch,
 ) -> None:
     # Given a deployment waiting for a release manager
     run_id = enqueue_run("deploy_gate", REQUEST, started_by="dev.kim")
-    interrupt = wait_pending(run_id)
+    interrupt = drain_pending(run_id)
     url, received = webhook
     settings_env.setenv("INTERLUDE_NOTIFY_WEBHOOK_URL", url)
     settings_env.setenv("INTERLUDE_WEB_BASE_URL", "https://inbox.example.org/")
@@ -90,12 +89,11 @@ def test_a_new_interrupt_is_posted_with_its_inbox_link(
 
 
 def test_without_a_webhook_url_nothing_is_posted(
-    db: str,
-    shared_worker: WorkerProcess,
+    tasks: TaskRecorder,
     webhook: tuple[str, Received],
     settings_env: pytest.MonkeyPatch,
 ) -> None:
-    interrupt = wait_pending(enqueue_run("deploy_gate", REQUEST, started_by="dev.kim"))
+    interrupt = drain_pending(enqueue_run("deploy_gate", REQUEST, started_by="dev.kim"))
     settings_env.delenv("INTERLUDE_NOTIFY_WEBHOOK_URL", raising=False)
     reset_settings()
     inbox_webhook.post_inbox_link(interrupt)
