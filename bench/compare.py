@@ -30,8 +30,8 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from bench import rivals
-from bench.processes import ROOT
+from bench import pg, rivals
+from bench.processes import ROOT, exclusive
 from bench.throughput import bench_bare, bench_interlude
 from bench.w1 import describe_costs
 
@@ -138,6 +138,8 @@ def main() -> None:
     for w in workloads:
         if w not in WORKLOADS:
             parser.error(f"unknown workload {w!r}; one of {', '.join(WORKLOADS)}")
+    if "w1" in workloads and not args.no_count:
+        pg.check_log()
     command = "python -m bench.compare " + shlex.join(sys.argv[1:])
     load = os.getloadavg()[0]
     out = [f"`{command}` ({os.cpu_count()} cores, load average {load:.1f} at the start)", ""]
@@ -178,4 +180,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    with exclusive("bench.compare"):
+        main()

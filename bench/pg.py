@@ -88,6 +88,15 @@ def transactions(name: str) -> int:
     return int(row[0])
 
 
+def check_log() -> None:
+    """Refuse to count, in one line, where the server's log cannot be read."""
+    if not os.access(SERVER_LOG, os.R_OK):
+        raise SystemExit(
+            f"cannot read the PostgreSQL server log {SERVER_LOG} to count statements: "
+            "set BENCH_PG_LOG, run as a user who may read it, or do not count"
+        )
+
+
 def log_offset() -> int:
     return SERVER_LOG.stat().st_size if SERVER_LOG.exists() else 0
 

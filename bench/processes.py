@@ -8,12 +8,64 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+
+import redis
 
 ROOT = Path(__file__).resolve().parent.parent
 BROKER_URL = "redis://127.0.0.1:6379/14"
 COUNTER_URL = "redis://127.0.0.1:6379/13"
 INTERLUDE_QUEUES = "interlude.steps,interlude.resumes"
+LOCK_KEY = "bench:running"
+LOCK_HELD_ENV = "BENCH_LOCK_HELD"
+LOCK_SECONDS = 4 * 3600
+_RELEASE = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+@contextmanager
+def exclusive(what: str) -> Iterator[None]:
+    """One bench at a time: they share Redis DBs 13 and 14 and the queues' names in them.
+
+    Two at once would take each other's tasks (and flush each other's broker), and would
+    measure each other's load anyway. A second one waits; a lock whose process died is taken
+    over. Processes this one starts inherit the lock.
+    """
+    # A terminated bench still stops its worker and drops its database (finally blocks).
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
+    if os.environ.get(LOCK_HELD_ENV):
+        yield
+        return
+    locks = redis.Redis.from_url(COUNTER_URL)
+    me = f"{os.getpid()} {what}"
+    told = False
+    while not locks.set(LOCK_KEY, me, nx=True, ex=LOCK_SECONDS):
+        holder = (locks.get(LOCK_KEY) or b"").decode()
+        pid = holder.split(" ", 1)[0]
+        if pid.isdigit() and not _alive(int(pid)):
+            locks.eval(_RELEASE, 1, LOCK_KEY, holder)
+            continue
+        if not told:
+            print(f"waiting for another bench to finish: pid {holder}", file=sys.stderr)
+            told = True
+        time.sleep(1)
+    os.environ[LOCK_HELD_ENV] = "1"
+    try:
+        yield
+    finally:
+        os.environ.pop(LOCK_HELD_ENV, None)
+        locks.eval(_RELEASE, 1, LOCK_KEY, me)
 
 
 def start_worker(
@@ -44,11 +96,15 @@ def start_worker(
         stderr=subprocess.STDOUT,
     )
     deadline = time.monotonic() + 60
-    while b"ready." not in log.read_bytes():
-        if time.monotonic() > deadline or proc.poll() is not None:
-            proc.kill()
-            raise RuntimeError(f"worker did not start:\n{log.read_text()}")
-        time.sleep(0.05)
+    try:
+        while b"ready." not in log.read_bytes():
+            if time.monotonic() > deadline or proc.poll() is not None:
+                raise RuntimeError(f"worker did not start:\n{log.read_text()}")
+            time.sleep(0.05)
+    except BaseException:  # interrupted or terminated too: leave no worker behind
+        proc.kill()
+        proc.wait(10)
+        raise
     proc.log_path = log  # type: ignore[attr-defined]
     return proc
 

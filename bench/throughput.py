@@ -20,7 +20,7 @@ import uuid
 import redis
 from sqlalchemy import create_engine, text
 
-from bench.processes import BROKER_URL, COUNTER_URL, start_worker, stop_worker
+from bench.processes import BROKER_URL, COUNTER_URL, exclusive, start_worker, stop_worker
 
 PG_ADMIN = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
 
@@ -126,4 +126,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    with exclusive("bench.throughput"):
+        main()

@@ -34,6 +34,7 @@ from bench.processes import (
     BROKER_URL,
     INTERLUDE_QUEUES,
     bench_env,
+    exclusive,
     start_worker,
     stop_worker,
 )
@@ -126,6 +127,8 @@ def _configure(url: str, counts_dir: str | None) -> None:
 
 def run(runs: int, *, count: bool = False) -> dict[str, Any]:
     """One W1 measurement in a database of its own; with ``count``, the counting run."""
+    if count:
+        pg.check_log()
     redis.Redis.from_url(BROKER_URL).flushdb()
     counts_dir = tempfile.mkdtemp(prefix="bench-counts-") if count else None
     with pg.scratch_database("interlude_w1") as name:
@@ -237,4 +240,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    with exclusive("bench.w1"):
+        main()

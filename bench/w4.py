@@ -25,6 +25,7 @@ from bench.processes import (
     COUNTER_URL,
     INTERLUDE_QUEUES,
     bench_env,
+    exclusive,
     start_worker,
     stop_worker,
 )
@@ -101,4 +102,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    with exclusive("bench.w4"):
+        main()

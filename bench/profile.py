@@ -1,0 +1,121 @@
+"""Where W1's time goes: py-spy on the caller and on the worker's pool child, wall clock.
+
+    .venv/bin/python -m bench.profile [--runs 200] [--top 20] [--out DIR]
+
+Runs ``bench.w1`` in a process of its own and attaches ``py-spy record --idle --threads`` to it
+(the caller) and to the worker's pool child as soon as each exists, for the whole run. Prints,
+for each process's main thread, the top frames by own time (waiting included: ``wait`` in
+psycopg is a database round trip, ``_recv`` in billiard a pool child waiting for its next
+task) and interlude's functions by inclusive time. The raw stacks stay in ``--out``, for a
+flame graph. Needs py-spy (``pip install py-spy``; not a dependency of interlude).
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+from bench.processes import ROOT, exclusive
+
+OURS = re.compile(r"\((worker|models|statemachine|bench)/")
+
+
+def _py_spy() -> str:
+    found = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
+    if not Path(found).exists():
+        raise SystemExit("py-spy not found: pip install py-spy")
+    return found
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(fields[1]) == pid:
+            found.append(int(stat.parent.name))
+    return sorted(found)
+
+
+def _record(pid: int, out: Path) -> subprocess.Popen[bytes]:
+    options = ["--idle", "--threads", "--nonblocking", "--format", "raw", "--rate", "100"]
+    return subprocess.Popen(
+        [_py_spy(), "record", *options, "--output", str(out), "--pid", str(pid)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+
+def _pool_child(caller: subprocess.Popen[bytes], timeout: float = 120) -> int:
+    """The pool child of the ``celery worker`` the caller started."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and caller.poll() is None:
+        for worker in _children(caller.pid):
+            children = _children(worker)
+            if children:
+                return children[0]
+        time.sleep(0.02)
+    raise RuntimeError("the worker's pool child did not appear")
+
+
+def summarize(raw: Path, top: int) -> str:
+    own: Counter[str] = Counter()
+    inclusive: Counter[str] = Counter()
+    total = 0
+    for line in raw.read_text(errors="replace").splitlines():
+        stack, _, count = line.rpartition(" ")
+        frames = stack.split(";")
+        if not count.isdigit() or "MainThread" not in frames[0]:
+            continue
+        n = int(count)
+        total += n
+        names = [re.sub(r":\d+\)$", ")", f) for f in frames[1:]] or ["(idle)"]
+        own[names[-1]] += n
+        for name in set(names):
+            inclusive[name] += n
+    if not total:
+        return "  (no samples)"
+    lines = [f"  {total} samples of the main thread; own time:"]
+    lines += [f"    {100 * n / total:5.1f}%  {name}" for name, n in own.most_common(top)]
+    lines.append("  interlude's functions, inclusive time:")
+    ours = [(name, n) for name, n in inclusive.most_common() if OURS.search(name)]
+    lines += [f"    {100 * n / total:5.1f}%  {name}" for name, n in ours[:top]]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--runs", type=int, default=200)
+    parser.add_argument("--top", type=int, default=20)
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args()
+    out = args.out or Path(tempfile.mkdtemp(prefix="bench-profile-"))
+    out.mkdir(parents=True, exist_ok=True)
+    caller = subprocess.Popen(
+        [sys.executable, "-m", "bench.w1", "--runs", str(args.runs)],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+    )
+    spies = [_record(caller.pid, out / "caller.txt")]
+    spies.append(_record(_pool_child(caller), out / "worker-child.txt"))
+    result, _ = caller.communicate()
+    for spy in spies:
+        spy.wait(60)
+    print(result.decode().strip())
+    for name in ("worker-child", "caller"):
+        print(f"{name} (py-spy, wall clock, {out / (name + '.txt')}):")
+        print(summarize(out / f"{name}.txt", args.top))
+
+
+if __name__ == "__main__":
+    with exclusive("bench.profile"):
+        main()
