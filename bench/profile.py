@@ -67,7 +67,8 @@ def _pool_child(caller: subprocess.Popen[bytes], timeout: float = 120) -> int:
     raise RuntimeError("the worker's pool child did not appear")
 
 
-def summarize(raw: Path, top: int) -> str:
+def summarize(raw: Path, top: int, within: str = "") -> str:
+    """Main-thread samples (only those under a frame named ``within``, if given), ranked."""
     own: Counter[str] = Counter()
     inclusive: Counter[str] = Counter()
     total = 0
@@ -76,9 +77,11 @@ def summarize(raw: Path, top: int) -> str:
         frames = stack.split(";")
         if not count.isdigit() or "MainThread" not in frames[0]:
             continue
+        names = [re.sub(r":\d+\)$", ")", f) for f in frames[1:]] or ["(idle)"]
+        if within and within not in names:
+            continue
         n = int(count)
         total += n
-        names = [re.sub(r":\d+\)$", ")", f) for f in frames[1:]] or ["(idle)"]
         own[names[-1]] += n
         for name in set(names):
             inclusive[name] += n
@@ -111,9 +114,10 @@ def main() -> None:
     for spy in spies:
         spy.wait(60)
     print(result.decode().strip())
-    for name in ("worker-child", "caller"):
-        print(f"{name} (py-spy, wall clock, {out / (name + '.txt')}):")
-        print(summarize(out / f"{name}.txt", args.top))
+    print(f"worker's pool child, its whole life (py-spy, wall clock, {out}/worker-child.txt):")
+    print(summarize(out / "worker-child.txt", args.top))
+    print(f"caller, during the workload only (py-spy, wall clock, {out}/caller.txt):")
+    print(summarize(out / "caller.txt", args.top, within="_workload (bench/w1.py)"))
 
 
 if __name__ == "__main__":
