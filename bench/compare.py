@@ -102,7 +102,7 @@ def rate_table(title: str, unit: str, rates: dict[str, list[float]], extra: Any 
     base = medians[INTERLUDE]
     head = f"| {title} | {unit} (median) | rounds | interlude ÷ this |"
     if extra:
-        head += " transactions / run | statements / run |"
+        head += " transactions / run | of which pre-pings | statements / run |"
     lines = [head, _rule(head)]
     for name, rate in medians.items():
         spread = ", ".join(f"{v:.1f}" for v in rates[name])
@@ -110,9 +110,9 @@ def rate_table(title: str, unit: str, rates: dict[str, list[float]], extra: Any 
         if extra:
             costs = extra.get(name)
             row += (
-                f" {costs['transactions']:.1f} | {costs['statements']:.1f} |"
+                f" {costs['transactions']:.1f} | {costs['pings']:.1f} | {costs['statements']:.1f} |"
                 if costs
-                else " n/a | n/a |"
+                else " n/a | n/a | n/a |"
             )
         lines.append(row)
     return "\n".join(lines)
@@ -156,6 +156,14 @@ def main() -> None:
             rate_table(f"W1, {runs} runs: approval, resume, effect", "runs/s", rates, costs),
             "",
         ]
+        if costs:
+            out += [
+                "Per W1 run, from a separate counting run: transactions as PostgreSQL counts "
+                "them (`pg_stat_database`, every process, the bench's polling left out; a pool "
+                "pre-ping is one), statements from its statement log without BEGIN/COMMIT and "
+                "pre-pings.",
+                "",
+            ]
         if INTERLUDE in costs:
             detail = describe_costs(costs[INTERLUDE])
             out += ["interlude's W1 counting run, per run:", "```", detail, "```", ""]

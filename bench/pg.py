@@ -140,13 +140,12 @@ def kind_of(sql: str) -> str:
     head = words[0].upper()
     if head in {"BEGIN", "COMMIT", "ROLLBACK"}:
         return head
-    upper = [w.upper() for w in words]
-    for keyword in ("INTO", "UPDATE", "FROM"):
-        if keyword in upper:
-            index = upper.index(keyword)
-            if index + 1 < len(words):
-                table = words[index + 1].strip('"(')
-                return f"{head} {table}"
+    upper = [w.upper().lstrip("(") for w in words]
+    # The first table written or read: INSERT INTO t, UPDATE t, FROM t (not FOR UPDATE OF t).
+    for i, word in enumerate(upper[:-1]):
+        if word in {"INTO", "FROM"} or (word == "UPDATE" and (i == 0 or upper[i - 1] != "FOR")):
+            table = words[i + 1].strip('"(')
+            return f"{head} {table}"
     return head
 
 
