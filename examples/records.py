@@ -13,7 +13,7 @@ import threading
 from sqlalchemy import JSON, Column, Float, Integer, MetaData, String, Table
 
 from models.db import get_engine
-from models.tables import Timestamp
+from models.dialects import Timestamp
 
 metadata = MetaData()
 

@@ -8,17 +8,58 @@ strategy leaves queries as they are and prepares each connection for that.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
-from sqlalchemy import Engine, Result, Table, create_engine, event
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    DateTime,
+    Engine,
+    Integer,
+    Result,
+    Table,
+    TypeDecorator,
+    create_engine,
+    event,
+)
 from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.engine import URL, CursorResult, make_url
+from sqlalchemy.engine import Dialect as SQLDialect
 from sqlalchemy.orm import Session
 from sqlalchemy.sql import Insert, Select, Update
 from sqlalchemy.sql.dml import UpdateBase
 
 SQLITE_BUSY_TIMEOUT_MS = 30_000
+
+# Column types, the same tables on both: JSONB on PostgreSQL, JSON text on SQLite...
+Json = JSON().with_variant(JSONB(), "postgresql")
+# ...and SQLite only autoincrements INTEGER PRIMARY KEY; PostgreSQL gets a 64-bit sequence.
+BigId = BigInteger().with_variant(Integer(), "sqlite")
+
+
+class Timestamp(TypeDecorator[datetime]):
+    """Aware UTC datetimes on every backend (SQLite stores naive UTC text and sorts it right)."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: SQLDialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError("naive datetime given to a UTC column")
+        value = value.astimezone(UTC)
+        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+
+    def process_result_value(self, value: datetime | None, dialect: SQLDialect) -> datetime | None:
+        if value is None:
+            return None
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
 S = TypeVar("S", bound=Select[*tuple[Any, ...]])
 
 

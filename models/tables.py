@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import (
-    JSON,
-    BigInteger,
     Boolean,
     CheckConstraint,
-    DateTime,
     Float,
     ForeignKey,
     Index,
@@ -18,39 +15,12 @@ from sqlalchemy import (
     MetaData,
     String,
     Text,
-    TypeDecorator,
     UniqueConstraint,
 )
-from sqlalchemy.dialects.postgresql import JSONB
-from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
+from models.dialects import BigId, Json, Timestamp
 from models.enums import EffectStatus, InterruptKind, InterruptStatus, ResumeOutcome, RunState
-
-Json = JSON().with_variant(JSONB(), "postgresql")
-# SQLite only autoincrements INTEGER PRIMARY KEY; PostgreSQL gets a 64-bit sequence.
-BigId = BigInteger().with_variant(Integer(), "sqlite")
-
-
-class Timestamp(TypeDecorator[datetime]):
-    """Aware UTC datetimes on every backend (SQLite stores naive UTC text and sorts it right)."""
-
-    impl = DateTime(timezone=True)
-    cache_ok = True
-
-    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
-        if value is None:
-            return None
-        if value.tzinfo is None:
-            raise ValueError("naive datetime given to a UTC column")
-        value = value.astimezone(UTC)
-        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
-
-    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
-        if value is None:
-            return None
-        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
-
 
 NAMING = {
     "ix": "ix_%(table_name)s_%(column_0_N_name)s",

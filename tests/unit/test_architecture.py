@@ -9,8 +9,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import pytest
-
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("models", "statemachine", "worker")
 SQL_BUILDERS = frozenset({"select", "update", "insert", "delete"})
@@ -193,11 +191,6 @@ def test_worker_imports_no_sqlalchemy_query_constructs() -> None:
     assert found == [], "query constructs belong to models/:\n" + "\n".join(found)
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="models/tables.py: Timestamp.process_bind_param branches on dialect.name == 'sqlite' "
-    "(issue 9 item 3); the lead moves it into models/dialects.py, then removes this mark",
-)
 def test_the_dialect_is_decided_in_one_place() -> None:
     found = []
     for module in MODULES.values():
