@@ -1,12 +1,13 @@
-"""The Celery beat schedule for interlude: data only (intervals from the environment)."""
+"""The Celery beat schedule for interlude: data only (intervals from the settings)."""
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
-SWEEP_INTERVAL_SECONDS = float(os.environ.get("INTERLUDE_SWEEP_INTERVAL", "5"))
-REAP_INTERVAL_SECONDS = float(os.environ.get("INTERLUDE_REAP_INTERVAL", "10"))
+from models.settings import get_settings
+
+SWEEP_INTERVAL_SECONDS = get_settings().sweep_interval
+REAP_INTERVAL_SECONDS = get_settings().reap_interval
 
 beat_schedule: dict[str, dict[str, Any]] = {
     "interlude-sweep-expired": {

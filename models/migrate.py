@@ -1,15 +1,38 @@
-"""Alembic, driven from code: ``interlude db upgrade`` and the tests call these."""
+"""Alembic, driven from code: ``interlude db upgrade|current|history|check`` and the tests."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 from alembic import command
 from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
 
+from models.db import make_engine
 from models.settings import get_settings
 
 MIGRATIONS = Path(__file__).parent / "migrations"
+
+
+@dataclass(frozen=True)
+class Revision:
+    id: str
+    down_revision: str | None
+    message: str
+
+
+@dataclass(frozen=True)
+class SchemaStatus:
+    """Where the database is against the newest migration this code ships."""
+
+    current: str | None  # None: no interlude schema at all
+    head: str
+
+    @property
+    def up_to_date(self) -> bool:
+        return self.current == self.head
 
 
 def alembic_config(url: str | None = None) -> Config:
@@ -27,7 +50,38 @@ def upgrade(url: str | None = None, revision: str = "head") -> None:
 
 
 def current_head() -> str:
-    from alembic.script import ScriptDirectory
-
     head = ScriptDirectory.from_config(alembic_config()).get_current_head()
     return head or ""
+
+
+def database_revision(url: str | None = None) -> str | None:
+    """The revision the database is at; None when it has no interlude schema."""
+    engine = make_engine(url or get_settings().database_url)
+    try:
+        with engine.connect() as connection:
+            return MigrationContext.configure(connection).get_current_revision()
+    finally:
+        engine.dispose()
+
+
+def schema_status(url: str | None = None) -> SchemaStatus:
+    return SchemaStatus(current=database_revision(url), head=current_head())
+
+
+def history() -> list[Revision]:
+    """Every migration, newest first."""
+    script = ScriptDirectory.from_config(alembic_config())
+    return [
+        Revision(
+            id=rev.revision,
+            down_revision=_one(rev.down_revision),
+            message=(rev.doc or "").strip(),
+        )
+        for rev in script.walk_revisions()
+    ]
+
+
+def _one(down: str | list[str] | tuple[str, ...] | None) -> str | None:
+    if isinstance(down, list | tuple):
+        return ",".join(down)
+    return down

@@ -5,7 +5,10 @@ from __future__ import annotations
 from functools import lru_cache
 from pathlib import Path
 
+from pydantic import ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from models.errors import ConfigurationError
 
 # The embedded default keeps everything in the working directory: no server is needed.
 DEFAULT_HOME = Path(".interlude")
@@ -22,12 +25,17 @@ DEFAULT_WEB_PORT = 8000
 DEFAULT_WEB_CLIENT_LIMIT = "30/minute"
 DEFAULT_WEB_ACTOR_LIMIT = "20/minute"
 DEFAULT_WEB_SESSION_SECONDS = 8 * 3600
+DEFAULT_SWEEP_INTERVAL = 5.0
+DEFAULT_REAP_INTERVAL = 10.0
+ENV_PREFIX = "INTERLUDE_"
+# What a variable must hold, by the type of its field, for the one-line error.
+_EXPECTED = {float: "a number, like 5 or 2.5", int: "a whole number, like 5"}
 
 
 class Settings(BaseSettings):
     """Everything configurable about interlude, with the embedded defaults."""
 
-    model_config = SettingsConfigDict(env_prefix="INTERLUDE_", extra="ignore")
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="ignore")
 
     database_url: str = DEFAULT_DATABASE_URL
     broker_url: str = DEFAULT_BROKER_URL
@@ -56,6 +64,9 @@ class Settings(BaseSettings):
     web_secure_cookie: bool = False
     # Where the notifier recipe (examples/inbox_webhook.py) posts inbox links; off when empty.
     notify_webhook_url: str = ""
+    # Celery beat's schedule (beat_schedule.py): seconds between sweeps and reaper passes.
+    sweep_interval: float = DEFAULT_SWEEP_INTERVAL
+    reap_interval: float = DEFAULT_REAP_INTERVAL
 
     def flow_modules(self) -> list[str]:
         return [m.strip() for m in self.flows.split(",") if m.strip()]
@@ -67,7 +78,21 @@ class Settings(BaseSettings):
 
 @lru_cache(maxsize=1)
 def get_settings() -> Settings:
-    return Settings()
+    """The settings; a bad value is a ConfigurationError naming the variable and what it needs."""
+    try:
+        return Settings()
+    except ValidationError as exc:
+        raise ConfigurationError(detail=_first_problem(exc)) from None
+
+
+def _first_problem(exc: ValidationError) -> str:
+    problem = exc.errors()[0]
+    field = str(problem["loc"][0]) if problem["loc"] else "?"
+    variable = f"{ENV_PREFIX}{field.upper()}"
+    info = Settings.model_fields.get(field)
+    annotation = info.annotation if info is not None else None
+    expected = _EXPECTED.get(annotation) if isinstance(annotation, type) else None
+    return f"{variable}={problem.get('input')!r}: expected {expected or problem['msg']}"
 
 
 def reset_settings() -> None:

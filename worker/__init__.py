@@ -1,18 +1,63 @@
-"""interlude's worker: the Celery app (``celery -A worker worker``) and the application API."""
+"""interlude's worker: the Celery app (``celery -A worker worker``) and the application API.
 
-from models.contracts import InterruptView, ResumeContract, ResumeResult
-from worker import tasks  # noqa: F401  (registers the tasks with the app)
-from worker.actors import add_actor, list_actors, revoke_actor, set_actor_roles
-from worker.app import app
-from worker.context import Resume, StepContext
-from worker.effects import NOT_APPLIED, UNKNOWN
-from worker.flows import Flow
-from worker.gateway import submit_resume
-from worker.interrupts import get_interrupt, list_interrupts, list_resume_attempts
-from worker.runs import cancel_run, enqueue_run, get_run, list_runs, pause_run
-from worker.schemas import BudgetGrant, OperatorRelease, RepairResolution, input_schema
+Importing ``worker`` is light: each name below is imported from its module on first use, so
+the ``interlude`` command and application code pay only for what they touch.
+"""
 
-celery = app
+from __future__ import annotations
+
+import importlib
+import sys
+import types
+from typing import TYPE_CHECKING, Any
+
+from worker.layout import check_layout
+
+check_layout()
+
+if TYPE_CHECKING:
+    from celery import Celery
+
+    from models.contracts import InterruptView, ResumeContract, ResumeResult
+    from worker.actors import add_actor, list_actors, revoke_actor, set_actor_roles
+    from worker.context import Resume, StepContext
+    from worker.effects import NOT_APPLIED, UNKNOWN
+    from worker.flows import Flow
+    from worker.gateway import submit_resume
+    from worker.interrupts import get_interrupt, list_interrupts, list_resume_attempts
+    from worker.runs import cancel_run, enqueue_run, get_run, list_runs, pause_run
+    from worker.schemas import BudgetGrant, OperatorRelease, RepairResolution, input_schema
+
+    app: Celery
+    celery: Celery
+
+_EXPORTS = {
+    "InterruptView": "models.contracts",
+    "ResumeContract": "models.contracts",
+    "ResumeResult": "models.contracts",
+    "add_actor": "worker.actors",
+    "list_actors": "worker.actors",
+    "revoke_actor": "worker.actors",
+    "set_actor_roles": "worker.actors",
+    "Resume": "worker.context",
+    "StepContext": "worker.context",
+    "NOT_APPLIED": "worker.effects",
+    "UNKNOWN": "worker.effects",
+    "Flow": "worker.flows",
+    "submit_resume": "worker.gateway",
+    "get_interrupt": "worker.interrupts",
+    "list_interrupts": "worker.interrupts",
+    "list_resume_attempts": "worker.interrupts",
+    "cancel_run": "worker.runs",
+    "enqueue_run": "worker.runs",
+    "get_run": "worker.runs",
+    "list_runs": "worker.runs",
+    "pause_run": "worker.runs",
+    "BudgetGrant": "worker.schemas",
+    "OperatorRelease": "worker.schemas",
+    "RepairResolution": "worker.schemas",
+    "input_schema": "worker.schemas",
+}
 
 __all__ = [
     "NOT_APPLIED",
@@ -42,3 +87,44 @@ __all__ = [
     "set_actor_roles",
     "submit_resume",
 ]
+
+
+def _celery_app() -> Any:
+    # The tasks module registers the tasks with the app, as ``celery -A worker`` expects.
+    return importlib.import_module("worker.tasks").app
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'worker' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_EXPORTS, "app", "celery"})
+
+
+class _Package(types.ModuleType):
+    """``worker.app`` and ``worker.celery`` are the Celery app, built on first use.
+
+    A property, because importing the submodule ``worker.app`` would otherwise leave the
+    module, not the app, under that name (the import system sets it on the package).
+    """
+
+    @property
+    def app(self) -> Any:
+        return _celery_app()
+
+    @app.setter
+    def app(self, _module: Any) -> None:
+        pass  # the import system recording the submodule; the property answers instead
+
+    @property
+    def celery(self) -> Any:
+        return _celery_app()
+
+
+sys.modules[__name__].__class__ = _Package

@@ -7,7 +7,9 @@ from typing import Any
 from celery import Celery
 from kombu import Exchange, Queue  # type: ignore[attr-defined]
 
+from models.errors import ConfigurationError
 from models.settings import Settings, get_settings
+from worker.startup import refuse
 
 TASK_STEP = "interlude.run_step"
 TASK_RESUME = "interlude.resume_run"
@@ -85,4 +87,11 @@ def _beat_schedule() -> dict[str, Any]:
     return beat_schedule
 
 
-app = create_app()
+def _create_or_refuse() -> Celery:
+    try:
+        return create_app()
+    except ConfigurationError as exc:
+        refuse(exc)
+
+
+app = _create_or_refuse()

@@ -12,7 +12,13 @@ from typing import Any
 from pydantic import BaseModel
 
 from models.contracts import InterruptView
-from models.errors import FlowDefinitionError, FlowVersionError, UnknownFlowError, UnknownStepError
+from models.errors import (
+    ConfigurationError,
+    FlowDefinitionError,
+    FlowVersionError,
+    UnknownFlowError,
+    UnknownStepError,
+)
 from models.settings import get_settings
 
 # A step takes its ``worker.context.StepContext`` (typed by the step's own annotation: flows
@@ -167,7 +173,7 @@ def load_flow_modules() -> None:
             continue
         with _lock:
             if module not in _loaded:
-                importlib.import_module(module)
+                _import_flows(module)
                 _loaded.add(module)
 
 
@@ -176,6 +182,16 @@ def registered_versions() -> list[tuple[str, int]]:
     load_flow_modules()
     with _lock:
         return sorted(_flows)
+
+
+def _import_flows(module: str) -> None:
+    try:
+        importlib.import_module(module)
+    except ImportError as exc:
+        # A typo in INTERLUDE_FLOWS, or a module missing on this machine: say which, in a line.
+        raise ConfigurationError(
+            detail=f"INTERLUDE_FLOWS names {module!r}, which cannot be imported: {exc}"
+        ) from None
 
 
 def get_flow(name: str, version: int | None = None, *, run_id: str = "?") -> Flow:

@@ -48,10 +48,16 @@ def _load_flows(sender: Any = None, **_: Any) -> None:
     pays for these imports on its first task. A pool of threads (or greenlets) runs its steps
     in this one process: its database pool gets a connection for each.
     """
+    from models.errors import ConfigurationError
     from worker import runtime  # noqa: F401
     from worker.flows import load_flow_modules
+    from worker.startup import refuse
 
-    load_flow_modules()
+    try:
+        load_flow_modules()
+    except ConfigurationError as exc:
+        # A worker that cannot load its flows must not say "ready.": it would fail every step.
+        refuse(exc)
     concurrency = getattr(sender, "concurrency", None)
     pool = str(getattr(sender, "pool_cls", "")).lower()
     if isinstance(concurrency, int) and any(p in pool for p in ("thread", "gevent", "eventlet")):

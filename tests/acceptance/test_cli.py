@@ -84,7 +84,10 @@ class Cli:
         assert ran.status == status, f"{args} exited {ran.status}, not {status}: {ran.stderr}"
         lines = ran.stderr.splitlines()
         assert len(lines) == 1, f"{args} printed {len(lines)} lines on stderr: {ran.stderr}"
-        assert lines[0].startswith("interlude: error: "), lines[0]
+        if "--json" in args:
+            assert json.loads(lines[0])["exit"] == status, lines[0]
+        else:
+            assert lines[0].startswith("interlude: error: "), lines[0]
         assert "Traceback" not in ran.stderr + ran.stdout
         return ran
 
@@ -173,7 +176,7 @@ def test_an_operator_resumes_through_every_outcome(cli: Cli, tmp_path: Path) -> 
     assert "will not be shown again" in viewer.stdout
     (vera,) = [ln.split(": ", 1)[1] for ln in viewer.stdout.splitlines() if "credential:" in ln]
     start = ("runs", "start", "approval", "--input", '{"env": "prod"}', "--started-by", "ops")
-    run_id = cli.json(*start, "--idempotency-key", "deploy-1")["run_id"]
+    run_id = cli.json(*start, "--idempotency-key", "deploy-1")["id"]
     interrupt = waiting_on(run_id)
 
     # When the operator looks at the runs and the work queue
@@ -297,7 +300,7 @@ def test_renewed_review_keeps_the_input_and_effects_show_in_the_timeline(
     document = tmp_path / "spec.txt"
     document.write_text("revision 1", encoding="utf-8")
     given = write_json(tmp_path / "input.json", {"document": str(document), "amount": 3})
-    run_id = cli.json("runs", "start", "cli_review", "--input", f"@{given}")["run_id"]
+    run_id = cli.json("runs", "start", "cli_review", "--input", f"@{given}")["id"]
     first = waiting_on(run_id, kind="evidence")
     before = cli.ok("runs", "show", run_id).stdout
     assert "effect applied" in before and "'book'" in before and "interrupt evidence" in before
@@ -337,7 +340,7 @@ def test_pause_and_cancel(cli: Cli) -> None:
     run_id = enqueue_run("approval", {"env": "prod"})
     interrupt = waiting_on(run_id)
     paused = cli.json("runs", "pause", run_id, "--actor", "ops")
-    assert paused == {"run_id": run_id, "pause_requested_by": "ops"}
+    assert paused == {"id": run_id, "pause_requested_by": "ops"}
 
     # When dave resumes it at a terminal, confirming and typing his credential at the prompt
     status, transcript = in_terminal(

@@ -135,7 +135,7 @@ def test_every_verb_has_help(capsys: pytest.CaptureFixture[str]) -> None:
         "interrupts show",
         "resume",
         *(f"actors {v}" for v in ("add", "list", "revoke", "roles")),
-        "db upgrade",
+        *(f"db {v}" for v in ("upgrade", "current", "history", "check")),
         "flows list",
         "flows check",
         *("sweep", "reap", "stats", "metrics", "demo", "serve"),
@@ -169,7 +169,9 @@ def test_a_bad_command_line_is_one_line_and_status_2(
     captured = capsys.readouterr()
     assert captured.out == ""
     assert len(captured.err.splitlines()) == 1
-    assert captured.err.startswith("interlude: error: interlude")
+    # "interlude" once: the verb names where it went wrong, not the program again.
+    assert captured.err.startswith("interlude: error: ")
+    assert not captured.err.startswith("interlude: error: interlude")
     assert "--help" in captured.err
 
 
@@ -325,3 +327,36 @@ def test_the_timeline_is_chronological_and_causal_within_a_moment() -> None:
         "resume accepted",
     ]
     assert entries[2].actor == "alice"
+
+
+def test_help_lists_allowed_values_and_defaults(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["runs", "list", "--help"]) == 0
+    runs = " ".join(capsys.readouterr().out.split())
+    assert main(["interrupts", "list", "--help"]) == 0
+    interrupts = " ".join(capsys.readouterr().out.split())
+    assert "queued, running, waiting, resuming, succeeded, failed, expired, cancelled" in runs
+    assert "(default: 50)" in runs
+    assert "approval, evidence, event, repair, budget, operator" in interrupts
+    assert "pending, resolved, expired, superseded, cancelled" in interrupts
+
+
+    assert normalize_url("postgres://u:p@h/d") == "postgresql+psycopg://u:p@h/d"
+    assert normalize_url("postgresql://h/d") == "postgresql+psycopg://h/d"
+    assert normalize_url("postgresql+psycopg://h/d") == "postgresql+psycopg://h/d"
+    assert normalize_url("sqlite:///x.db") == "sqlite:///x.db"
+
+
+def test_importing_worker_and_parsing_a_command_load_nothing_heavy() -> None:
+    # Start-up cost is what these imports would add; their absence is checked, not timed.
+    import subprocess
+    import sys
+
+    heavy = ("celery", "sqlalchemy", "pydantic", "rich", "kombu", "prometheus_client")
+    probe = (
+        "import sys, worker, worker.cli as c; c.build_parser().parse_args(['runs', 'list']); "
+        f"print([m for m in {heavy!r} if m in sys.modules])"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert done.stdout.strip() == "[]", done.stdout

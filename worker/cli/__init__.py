@@ -1,15 +1,16 @@
 """The ``interlude`` command: operators inspect, resume, cancel and pause runs.
 
 Each verb calls the Python API in ``worker``; this package only parses, prints and maps
-failures to exit statuses (see ``worker.cli.exits``).
+failures to exit statuses (see ``worker.cli.exits``). Nothing heavy (SQLAlchemy, Celery,
+pydantic, rich) is imported before a verb needs it, so ``--help`` answers at once.
 """
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
-
-from sqlalchemy.exc import SQLAlchemyError
+from collections.abc import Sequence
 
 from models.errors import InterludeError
 from worker.cli.actors import register as register_actors
@@ -17,8 +18,8 @@ from worker.cli.exits import EPILOG, FAILURE, INTERRUPTED, RESUME_EXIT, CliError
 from worker.cli.flows import register as register_flows
 from worker.cli.interrupts import register as register_interrupts
 from worker.cli.ops import register as register_ops
-from worker.cli.output import Output, error
-from worker.cli.parser import Parser, Subparsers, common_options
+from worker.cli.output import Output, error, set_json_errors
+from worker.cli.parser import JSON_FLAG, Parser, Subparsers, common_options, wants_json
 from worker.cli.resume import register as register_resume
 from worker.cli.runs import register as register_runs
 from worker.cli.serve import register as register_serve
@@ -26,15 +27,35 @@ from worker.cli.serve import register as register_serve
 __all__ = ["RESUME_EXIT", "build_parser", "main"]
 
 
+class _Version(argparse.Action):
+    """``--version``, read from the installed distribution only when asked."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: object) -> None:
+        super().__init__(option_strings, dest, nargs=0, help="print the version and exit")
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: object) -> None:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            number = version("interlude")
+        except PackageNotFoundError:
+            number = "unknown (not installed)"
+        sys.stdout.write(f"interlude {number}\n")
+        parser.exit(0)
+
+
 def build_parser() -> Parser:
     parser = Parser(
         prog="interlude",
         description=(
             "Durable interrupt-and-resume for agent runs on Celery: the operators' command.\n"
-            "Every verb has --help; every listing and result also prints as JSON with --json."
+            "Every verb has --help; every listing and result also prints as JSON with --json,\n"
+            "given before or after the verb."
         ),
         epilog=EPILOG,
     )
+    parser.add_argument("--version", action=_Version)
+    parser.add_argument(JSON_FLAG, action="store_true", help="print JSON (also after the verb)")
     sub: Subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     common = common_options()
     for register in (
@@ -52,22 +73,20 @@ def build_parser() -> Parser:
 
 def main(argv: list[str] | None = None) -> int:
     """Run one command and return its exit status."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    as_json = wants_json(argv)
+    set_json_errors(as_json)
     _project_on_path()
     try:
         args = build_parser().parse_args(argv)
-        status: int = args.handler(args, Output(as_json=getattr(args, "json", False)))
+        status: int = args.handler(args, Output(as_json=as_json))
         return status
     except SystemExit as exc:  # --help, --version
         return exc.code if isinstance(exc.code, int) else FAILURE
     except CliError as exc:
-        error(str(exc))
-        return exc.status
+        return error(str(exc), exc.status)
     except InterludeError as exc:
-        error(str(exc))
-        return status_of(exc)
-    except SQLAlchemyError as exc:
-        error(f"database error: {_first_line(exc)}")
-        return FAILURE
+        return error(str(exc), status_of(exc))
     except KeyboardInterrupt:
         return INTERRUPTED
     except BrokenPipeError:
@@ -75,16 +94,26 @@ def main(argv: list[str] | None = None) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return FAILURE
+    except Exception as exc:
+        described = _database_error(exc)
+        if described is None:
+            raise
+        return error(described, FAILURE)
+
+
+def _database_error(exc: Exception) -> str | None:
+    # SQLAlchemy is imported only by verbs that reach the database; if it is not loaded,
+    # this cannot be one of its errors.
+    if "sqlalchemy" not in sys.modules:
+        return None
+    from models.db_errors import describe
+
+    return describe(exc)
 
 
 def _project_on_path() -> None:
-    # INTERLUDE_FLOWS names modules of the project the command runs in, as ``celery -A`` does.
+    # INTERLUDE_FLOWS names modules of the project the command runs in, as ``celery -A`` does;
+    # appended, so that a models.py there cannot hide interlude's own package of that name.
     cwd = os.getcwd()
     if cwd not in sys.path and "" not in sys.path:
-        sys.path.insert(0, cwd)
-
-
-def _first_line(exc: SQLAlchemyError) -> str:
-    original = getattr(exc, "orig", None)
-    text = str(original if original is not None else exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
+        sys.path.append(cwd)

@@ -5,12 +5,15 @@ from __future__ import annotations
 import argparse
 import uuid
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from models.contracts import InterruptView, contract_payload
+from models.enums import InterruptKind, InterruptStatus
 from worker.cli.exits import OK
 from worker.cli.output import Output, age, jsonable, seconds_since, timestamp, until
-from worker.cli.parser import Parser, Subparsers, group, positive_int, verb
+from worker.cli.parser import Parser, Subparsers, choice_of, group, one_of, positive_int, verb
+
+if TYPE_CHECKING:
+    from models.contracts import InterruptView
 
 DEFAULT_LIMIT = 200
 TEMPLATE_EXPIRES_IN = timedelta(hours=1)
@@ -22,11 +25,21 @@ def register(sub: Subparsers, common: Parser) -> None:
 
     listing = verb(interrupts, "list", _list, "interrupts, oldest first: the work queue", common)
     listing.add_argument(
-        "--status", metavar="S", help="pending, resolved, expired, superseded or cancelled"
+        "--status",
+        metavar="S",
+        type=choice_of(InterruptStatus, "status"),
+        help=f"only interrupts in this status: {one_of(InterruptStatus)}",
     )
-    listing.add_argument("--kind", metavar="K", help="approval, evidence, event, repair, ...")
+    listing.add_argument(
+        "--kind",
+        metavar="K",
+        type=choice_of(InterruptKind, "kind"),
+        help=f"only interrupts of this kind: {one_of(InterruptKind)}",
+    )
     listing.add_argument("--run", metavar="RUN_ID", help="only this run's interrupts")
-    listing.add_argument("--limit", metavar="N", type=positive_int, default=DEFAULT_LIMIT)
+    listing.add_argument(
+        "--limit", metavar="N", type=positive_int, default=DEFAULT_LIMIT, help="at most N"
+    )
 
     show = verb(
         interrupts,
@@ -49,6 +62,9 @@ def contract(
     expires_in: timedelta = TEMPLATE_EXPIRES_IN,
 ) -> dict[str, Any]:
     """A ``resume.v1`` contract bound to what ``interrupt`` shows: checkpoint, scope, evidence."""
+    # Imported here: pydantic is not needed to parse a command line or print --help.
+    from models.contracts import contract_payload
+
     return contract_payload(
         interrupt,
         actor=actor_id,

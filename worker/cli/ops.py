@@ -1,4 +1,4 @@
-"""Operations: ``db upgrade``, ``sweep``, ``reap``, ``stats``, ``metrics`` and ``demo``.
+"""Operations: ``db``, ``sweep``, ``reap``, ``stats``, ``metrics`` and ``demo``.
 
 Sweeps, the reaper, statistics and the demo live in their own modules; they are imported
 only when their verb runs, so ``--help`` and the other verbs never depend on them.
@@ -21,11 +21,22 @@ MAX_PORT = 65535
 def register(sub: Subparsers, common: Parser) -> None:
     db = group(sub, "db", "the database schema")
     verb(db, "upgrade", _upgrade, "migrate the database to the newest schema", common)
+    verb(db, "current", _current, "the revision the database is at, and the newest one", common)
+    verb(db, "history", _history, "the schema revisions this interlude ships, newest first", common)
+    verb(
+        db,
+        "check",
+        _check,
+        "exit 0 when the schema is up to date, 1 when it is behind (run db upgrade)",
+        common,
+    )
     verb(sub, "sweep", _sweep, "apply the expiry policy of every due interrupt, once", common)
     verb(sub, "reap", _reap, "requeue runs of dead workers and republish lost dispatches", common)
     verb(sub, "stats", _stats, "waiting runs, resume outcomes and repeated work", common)
     metrics = verb(sub, "metrics", _metrics, "serve the statistics as Prometheus metrics (blocks)")
-    metrics.add_argument("--port", metavar="P", type=_port, required=True)
+    metrics.add_argument(
+        "--port", metavar="P", type=_port, required=True, help="the port to listen on"
+    )
     verb(
         sub,
         "demo",
@@ -40,21 +51,80 @@ def _port(text: str) -> int:
     return int(text)
 
 
-def _upgrade(args: argparse.Namespace, out: Output) -> int:
+def _database() -> str:
     from sqlalchemy.engine import make_url
 
-    from models.migrate import current_head, upgrade
     from models.settings import get_settings
+
+    # The URL may hold a password.
+    return make_url(get_settings().database_url).render_as_string(hide_password=True)
+
+
+def _upgrade(args: argparse.Namespace, out: Output) -> int:
+    from models.migrate import current_head, upgrade
 
     upgrade()
     head = current_head()
-    # The URL may hold a password.
-    where = make_url(get_settings().database_url).render_as_string(hide_password=True)
+    where = _database()
     if out.as_json:
         out.json({"revision": head, "database": where})
     else:
         out.line(f"database {where} is at revision {head}")
     return OK
+
+
+def _current(args: argparse.Namespace, out: Output) -> int:
+    from models.migrate import schema_status
+
+    status = schema_status()
+    where = _database()
+    if out.as_json:
+        out.json(
+            {
+                "revision": status.current,
+                "head": status.head,
+                "up_to_date": status.up_to_date,
+                "database": where,
+            }
+        )
+    else:
+        out.line(
+            f"database {where} is at revision {status.current or 'none (no schema)'}"
+            f"{' (newest)' if status.up_to_date else f'; the newest is {status.head}'}"
+        )
+    return OK
+
+
+def _history(args: argparse.Namespace, out: Output) -> int:
+    from models.migrate import history
+
+    revisions = history()
+    if out.as_json:
+        out.json([vars(r) for r in revisions])
+        return OK
+    out.table(
+        ["revision", "after", "what"],
+        [(r.id, r.down_revision or "-", r.message) for r in revisions],
+        title=f"schema revisions ({len(revisions)}), newest first",
+    )
+    return OK
+
+
+def _check(args: argparse.Namespace, out: Output) -> int:
+    from models.migrate import schema_status
+
+    status = schema_status()
+    if out.as_json:
+        out.json({"revision": status.current, "head": status.head, "up_to_date": status.up_to_date})
+    if status.up_to_date:
+        if not out.as_json:
+            out.line(f"schema up to date (revision {status.head})")
+        return OK
+    found = f"at revision {status.current}" if status.current else "has no interlude schema"
+    raise CliError(
+        f"the database {found}; this interlude needs {status.head}: run `interlude db upgrade`",
+        FAILURE,
+    )
 
 
 def _sweep(args: argparse.Namespace, out: Output) -> int:

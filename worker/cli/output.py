@@ -6,13 +6,10 @@ import json
 import sys
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel
-from rich import box
-from rich.console import Console
-from rich.table import Table
-from rich.text import Text
+if TYPE_CHECKING:
+    from rich.console import Console
 
 # Piped human output is not wrapped at 80 columns: ids would be folded in half.
 PIPE_WIDTH = 200
@@ -72,8 +69,10 @@ def compact(value: Any, limit: int = COMPACT_LIMIT) -> str:
 
 def jsonable(value: Any) -> Any:
     """Pydantic models and containers of them as plain JSON values."""
-    if isinstance(value, BaseModel):
-        return value.model_dump(mode="json")
+    # Duck-typed: importing pydantic here would slow every command down, --help included.
+    model_dump = getattr(value, "model_dump", None)
+    if callable(model_dump) and not isinstance(value, type):
+        return model_dump(mode="json")
     if isinstance(value, Mapping):
         return {str(k): jsonable(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
@@ -101,23 +100,39 @@ def one_line(message: str) -> str:
 class Output:
     """Where a verb writes: JSON alone on stdout with ``--json``, rich tables otherwise."""
 
-    def __init__(self, as_json: bool = False) -> None:
+    def __init__(self, as_json: bool = False, *, wide: bool = False) -> None:
         self.as_json = as_json
-        width = None if sys.stdout.isatty() else PIPE_WIDTH
-        self.console = Console(
-            file=sys.stdout, width=width, highlight=False, markup=False, emoji=False
-        )
+        # --wide: full ids and details, however long the lines get.
+        self.wide = wide
+        self._console: Console | None = None
+
+    @property
+    def console(self) -> Console:
+        if self._console is None:
+            from rich.console import Console
+
+            width = None if sys.stdout.isatty() else PIPE_WIDTH
+            self._console = Console(
+                file=sys.stdout, width=width, highlight=False, markup=False, emoji=False
+            )
+        return self._console
 
     def json(self, data: Any) -> None:
         sys.stdout.write(json.dumps(jsonable(data), indent=2, default=str) + "\n")
         sys.stdout.flush()
 
     def line(self, text: str = "") -> None:
+        from rich.text import Text
+
         self.render(Text(text))
 
     def table(
         self, columns: Sequence[str], rows: Iterable[Sequence[Any]], title: str | None = None
     ) -> None:
+        from rich import box
+        from rich.table import Table
+        from rich.text import Text
+
         table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
         for column in columns:
             table.add_column(column, overflow="fold")
@@ -132,6 +147,9 @@ class Output:
 
     def pairs(self, rows: Iterable[tuple[str, Any]]) -> None:
         """Aligned ``key  value`` lines without a header."""
+        from rich.table import Table
+        from rich.text import Text
+
         table = Table(box=None, show_header=False, pad_edge=False)
         table.add_column("key")
         table.add_column("value", overflow="fold")
@@ -156,10 +174,23 @@ class Output:
             self.line(f"  {line}")
 
 
-def error(message: str) -> None:
-    """The one line a failure prints on stderr."""
-    sys.stderr.write(f"interlude: error: {one_line(message)}\n")
+_json_errors = False
+
+
+def set_json_errors(enabled: bool) -> None:
+    """Under ``--json`` a failure is a JSON object on stderr too: ``{"error": ..., "exit": N}``."""
+    global _json_errors
+    _json_errors = enabled
+
+
+def error(message: str, status: int) -> int:
+    """The one line a failure prints on stderr; returns ``status`` for the caller to exit with."""
+    if _json_errors:
+        sys.stderr.write(json.dumps({"error": one_line(message), "exit": status}) + "\n")
+    else:
+        sys.stderr.write(f"interlude: error: {one_line(message)}\n")
     sys.stderr.flush()
+    return status
 
 
 def note(message: str) -> None:

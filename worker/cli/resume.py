@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import argparse
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from models.contracts import ResumeResult
 from models.enums import ResumeOutcome
 from worker.cli.exits import BAD_INPUT, RESUME_EXIT, CliError
 from worker.cli.inputs import TOKEN_ENV, confirm, credential, parse_json, parse_object
 from worker.cli.interrupts import contract
 from worker.cli.output import Output, compact, error, note
 from worker.cli.parser import Parser, Subparsers, positive_float, verb
+
+if TYPE_CHECKING:
+    from models.contracts import ResumeResult
 
 DEFAULT_EXPIRES_IN = 900.0
 _BUILD_ONLY = ("actor", "decision", "input", "idempotency_key")
@@ -34,16 +36,21 @@ def register(sub: Subparsers, common: Parser) -> None:
     )
     parser.add_argument("interrupt_id", metavar="INTERRUPT_ID", nargs="?")
     parser.add_argument("--actor", metavar="A", help="your actor id")
-    parser.add_argument("--decision", choices=["approved", "rejected"])
+    parser.add_argument("--decision", choices=["approved", "rejected"], help="the decision")
     parser.add_argument("--input", metavar="JSON|@FILE", help="the input the interrupt asks for")
     parser.add_argument("--idempotency-key", metavar="K", help="retry safely with the same key")
-    parser.add_argument("--actor-type", choices=["human", "service"], default="human")
+    parser.add_argument(
+        "--actor-type",
+        choices=["human", "service"],
+        default="human",
+        help="who the actor is",
+    )
     parser.add_argument(
         "--expires-in",
         metavar="SECONDS",
         type=positive_float,
         default=DEFAULT_EXPIRES_IN,
-        help=f"how long the contract stays valid (default {DEFAULT_EXPIRES_IN:g})",
+        help="how long the contract stays valid",
     )
     parser.add_argument("--contract", metavar="FILE", help="submit this contract file instead")
     parser.add_argument("--yes", action="store_true", help="do not ask for confirmation")
@@ -145,5 +152,5 @@ def _report(result: ResumeResult, payload: Any, out: Output) -> int:
         message = f"resume refused ({result.outcome.value}): {result.reason}"
         if result.new_interrupt_id:
             message += f"; review interrupt {result.new_interrupt_id} instead"
-        error(message)
+        error(message, status)
     return status

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import argparse
 
+from models.enums import RunState
 from worker.cli.exits import OK
 from worker.cli.inputs import parse_json
 from worker.cli.output import Output, age, jsonable, seconds_since, timestamp, until
-from worker.cli.parser import Parser, Subparsers, group, positive_int, verb
-from worker.cli.timeline import timeline
+from worker.cli.parser import Parser, Subparsers, choice_of, group, one_of, positive_int, verb
 
 DEFAULT_LIMIT = 50
 
@@ -23,9 +23,16 @@ def register(sub: Subparsers, common: Parser) -> None:
     start.add_argument("--started-by", metavar="A", help="who starts it (recorded)")
 
     listing = verb(runs, "list", _list, "list runs, newest first", common)
-    listing.add_argument("--state", metavar="S", help="only runs in this state")
+    listing.add_argument(
+        "--state",
+        metavar="S",
+        type=choice_of(RunState, "state"),
+        help=f"only runs in this state: {one_of(RunState)}",
+    )
     listing.add_argument("--flow", metavar="F", help="only runs of this flow")
-    listing.add_argument("--limit", metavar="N", type=positive_int, default=DEFAULT_LIMIT)
+    listing.add_argument(
+        "--limit", metavar="N", type=positive_int, default=DEFAULT_LIMIT, help="at most N runs"
+    )
 
     show = verb(
         runs,
@@ -60,7 +67,7 @@ def _start(args: argparse.Namespace, out: Output) -> int:
         args.flow, value, idempotency_key=args.idempotency_key, started_by=args.started_by
     )
     if out.as_json:
-        out.json({"run_id": run_id, "flow": args.flow})
+        out.json({"id": run_id, "flow": args.flow})
     else:
         out.line(f"started run {run_id} of flow {args.flow}")
     return OK
@@ -106,6 +113,7 @@ def _list(args: argparse.Namespace, out: Output) -> int:
 
 def _show(args: argparse.Namespace, out: Output) -> int:
     from worker import get_run, list_interrupts, list_resume_attempts
+    from worker.cli.timeline import timeline
     from worker.runs import list_checkpoints, list_effects, list_events
 
     run = get_run(args.run_id)
@@ -166,7 +174,7 @@ def _cancel(args: argparse.Namespace, out: Output) -> int:
     cancel_run(args.run_id, actor=args.actor, reason=args.reason)
     state = get_run(args.run_id).state
     if out.as_json:
-        out.json({"run_id": args.run_id, "state": state, "cancelled_by": args.actor})
+        out.json({"id": args.run_id, "state": state, "cancelled_by": args.actor})
     else:
         out.line(f"run {args.run_id} cancelled by {args.actor}")
     return OK
@@ -177,7 +185,7 @@ def _pause(args: argparse.Namespace, out: Output) -> int:
 
     pause_run(args.run_id, actor=args.actor)
     if out.as_json:
-        out.json({"run_id": args.run_id, "pause_requested_by": args.actor})
+        out.json({"id": args.run_id, "pause_requested_by": args.actor})
     else:
         out.line(
             f"pause requested for run {args.run_id} by {args.actor}: it stops at its next "
