@@ -5,8 +5,6 @@ from __future__ import annotations
 from types import MappingProxyType
 from typing import Any
 
-from transitions import Machine
-
 
 class TransitionNotAllowed(ValueError):
     """A trigger that the lifecycle does not allow from the current state."""
@@ -31,6 +29,9 @@ def build_table(
     A ``Machine`` per row costs ~0.3 ms; asking one machine for its table once makes every
     later decision a dictionary lookup.
     """
+    # Imported here: the states alone (the CLI's --help, listings) do not need the library.
+    from transitions import Machine
+
     machine = Machine(
         model=_Model(),
         states=states,

@@ -340,12 +340,6 @@ def test_help_lists_allowed_values_and_defaults(capsys: pytest.CaptureFixture[st
     assert "pending, resolved, expired, superseded, cancelled" in interrupts
 
 
-    assert normalize_url("postgres://u:p@h/d") == "postgresql+psycopg://u:p@h/d"
-    assert normalize_url("postgresql://h/d") == "postgresql+psycopg://h/d"
-    assert normalize_url("postgresql+psycopg://h/d") == "postgresql+psycopg://h/d"
-    assert normalize_url("sqlite:///x.db") == "sqlite:///x.db"
-
-
 def test_importing_worker_and_parsing_a_command_load_nothing_heavy() -> None:
     # Start-up cost is what these imports would add; their absence is checked, not timed.
     import subprocess
