@@ -179,9 +179,9 @@ def start_metrics_server(port: int, address: str = METRICS_ADDRESS) -> tuple[Any
     return server, thread
 
 
-def serve_metrics(port: int) -> None:
+def serve_metrics(port: int, address: str = METRICS_ADDRESS) -> None:
     """Serve the Prometheus exporter on ``port`` until interrupted (``interlude metrics``)."""
-    server, thread = start_metrics_server(port)
+    server, thread = start_metrics_server(port, address)
     try:
         thread.join()
     finally:

@@ -16,10 +16,8 @@ import yaml
 from models.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
-SERVICES = {"redis", "postgres", "migrate", "worker", "beat", "flower", "web"}
+SERVICES = {"redis", "postgres", "migrate", "worker", "beat", "flower", "metrics", "web"}
 OUR_SERVICES = SERVICES - {"redis", "postgres"}
-# Read by beat_schedule.py rather than by the settings object.
-BEAT_VARIABLES = {"INTERLUDE_SWEEP_INTERVAL", "INTERLUDE_REAP_INTERVAL"}
 
 
 @pytest.fixture(scope="module")
@@ -46,23 +44,37 @@ def test_the_stack_has_every_process(compose: dict[str, Any]) -> None:
     assert set(compose["services"]) == SERVICES
 
 
-def test_the_image_is_built_from_files_the_project_has(compose: dict[str, Any]) -> None:
+def test_the_image_is_built_once_from_files_the_project_has(compose: dict[str, Any]) -> None:
+    services = compose["services"]
+    builders = [name for name in OUR_SERVICES if "build" in services[name]]
+    assert builders == ["migrate"], builders
+    image = services["migrate"]["image"]
     for name in OUR_SERVICES:
-        build = compose["services"][name]["build"]
-        context = ROOT / (build if isinstance(build, str) else build.get("context", "."))
-        dockerfile = context / (
-            "Dockerfile" if isinstance(build, str) else build.get("dockerfile", "Dockerfile")
-        )
-        assert dockerfile.is_file(), f"{name}: no {dockerfile}"
-    copied = re.findall(r"^COPY\s+(.+?)\s+\S+$", (ROOT / "Dockerfile").read_text(), re.M)
+        assert services[name]["image"] == image, name
+        if name != "migrate":
+            # Never pulled: the image is the one migrate built.
+            assert services[name]["pull_policy"] == "never", name
+    build = services["migrate"]["build"]
+    context = ROOT / (build if isinstance(build, str) else build.get("context", "."))
+    assert (context / "Dockerfile").is_file()
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    copied = re.findall(r"^COPY\s+(.+?)\s+\S+$", dockerfile, re.M)
     sources = [source for line in copied for source in line.split()]
     assert sources, "the Dockerfile copies nothing"
     for source in sources:
         assert (ROOT / source).exists(), f"the Dockerfile copies {source}, which is missing"
+    # Dependencies are installed before any source is copied: a code change reuses that layer.
+    assert dockerfile.index("-r /tmp/requirements.txt") < dockerfile.index("COPY models")
+
+
+def test_workers_scale_and_report_their_health(compose: dict[str, Any]) -> None:
+    worker = compose["services"]["worker"]
+    assert "ports" not in worker, "a fixed host port stops --scale worker=2"
+    assert "inspect ping" in " ".join(worker["healthcheck"]["test"])
 
 
 def test_settings_in_the_stack_are_ones_interlude_reads(compose: dict[str, Any]) -> None:
-    known = {f"INTERLUDE_{name.upper()}" for name in Settings.model_fields} | BEAT_VARIABLES
+    known = {f"INTERLUDE_{name.upper()}" for name in Settings.model_fields}
     for name in OUR_SERVICES:
         env = compose["services"][name]["environment"]
         unknown = {key for key in env if key.startswith("INTERLUDE_")} - known
@@ -73,9 +85,9 @@ def test_settings_in_the_stack_are_ones_interlude_reads(compose: dict[str, Any])
         assert env["INTERLUDE_BROKER_URL"].startswith("redis://redis:6379")
         for module in env["INTERLUDE_FLOWS"].split(","):
             assert (ROOT / Path(*module.split(".")).with_suffix(".py")).is_file(), module
-    worker = compose["services"]["worker"]
-    port = worker["environment"]["INTERLUDE_METRICS_PORT"]
-    assert f"{port}:{port}" in worker["ports"]
+    metrics = compose["services"]["metrics"]
+    port = command_of(metrics)[command_of(metrics).index("--port") + 1]
+    assert f"{port}:{port}" in metrics["ports"]
 
 
 def test_the_web_inbox_listens_on_its_published_port(compose: dict[str, Any]) -> None:
@@ -92,7 +104,7 @@ def test_the_web_inbox_listens_on_its_published_port(compose: dict[str, Any]) ->
 
 def test_the_migration_runs_before_the_processes(compose: dict[str, Any]) -> None:
     services = compose["services"]
-    for name in ("worker", "beat", "flower", "web"):
+    for name in ("worker", "beat", "flower", "metrics", "web"):
         condition = services[name]["depends_on"]["migrate"]["condition"]
         assert condition == "service_completed_successfully"
     assert services["migrate"]["depends_on"]["postgres"]["condition"] == "service_healthy"

@@ -16,6 +16,8 @@ from worker.cli.output import Output, compact, flatten, format_age, jsonable, no
 from worker.cli.parser import Parser, Subparsers, group, verb
 
 MAX_PORT = 65535
+# Only this machine, unless asked: the figures name flows and interrupt kinds.
+DEFAULT_METRICS_HOST = "127.0.0.1"
 
 
 def register(sub: Subparsers, common: Parser) -> None:
@@ -36,6 +38,12 @@ def register(sub: Subparsers, common: Parser) -> None:
     metrics = verb(sub, "metrics", _metrics, "serve the statistics as Prometheus metrics (blocks)")
     metrics.add_argument(
         "--port", metavar="P", type=_port, required=True, help="the port to listen on"
+    )
+    metrics.add_argument(
+        "--host",
+        metavar="H",
+        default=DEFAULT_METRICS_HOST,
+        help="the address to listen on (0.0.0.0: every interface, as in a container)",
     )
     verb(
         sub,
@@ -152,9 +160,9 @@ def _stats(args: argparse.Namespace, out: Output) -> int:
 
 def _metrics(args: argparse.Namespace, out: Output) -> int:
     serve = _function("worker.stats", "serve_metrics", "metrics")
-    note(f"serving Prometheus metrics on port {args.port} at /metrics (Ctrl-C stops)")
+    note(f"serving Prometheus metrics on {args.host}:{args.port} at /metrics (Ctrl-C stops)")
     try:
-        serve(args.port)
+        serve(args.port, args.host)
     except KeyboardInterrupt:
         return OK  # Ctrl-C is how a foreground exporter is meant to stop
     except OSError as exc:
