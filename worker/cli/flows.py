@@ -56,7 +56,8 @@ def _check(args: argparse.Namespace, out: Output) -> int:
         error(
             f"flow {found.flow!r} version {found.version} has {found.unfinished} unfinished "
             f"runs ({waiting}) that no flow loaded here can continue: keep version "
-            f"{found.version} registered or declare @migrates_from({found.version})"
+            f"{found.version} registered or declare @migrates_from({found.version})",
+            FAILURE,
         )
     return FAILURE if blocked else OK
 
