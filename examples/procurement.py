@@ -16,7 +16,7 @@ from __future__ import annotations
 import uuid
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 from sqlalchemy import func, insert, select, update
 
 from examples import records
@@ -31,6 +31,7 @@ ESCALATION_ROLE = "chief-engineer"
 DEFAULT_REVIEW_HOURS = 72.0
 # The screening service's list: suppliers we may not buy from.
 SANCTIONED_SUPPLIERS = frozenset({"obsidian-holdings", "blackwater-trading"})
+SUBMIT_FIRST = "submit it first with examples.procurement.submit_request(...)"
 
 
 class Item(BaseModel):
@@ -59,6 +60,15 @@ class ProcurementInput(BaseModel):
 
     request_id: str = Field(min_length=1, max_length=64)
     review_hours: float = Field(default=DEFAULT_REVIEW_HOURS, gt=0)
+
+    @field_validator("request_id")
+    @classmethod
+    def _submitted(cls, request_id: str) -> str:
+        # Asked at enqueue (the flow's input model): a run for a request the purchasing system
+        # does not hold is refused then, in one line, rather than failing in its first step.
+        if not request_exists(request_id):
+            raise ValueError(f"no purchase request {request_id!r}: {SUBMIT_FIRST}")
+        return request_id
 
 
 @input_schema("certificate.v1")
@@ -143,12 +153,22 @@ def amend_request(request_id: str, items: list[Item] | list[dict[str, Any]]) -> 
     return get_request(request_id)
 
 
+def request_exists(request_id: str) -> bool:
+    records.ensure_tables()
+    table = records.purchase_requests
+    with transaction(readonly=True) as session:
+        found = session.execute(select(table.c.id).where(table.c.id == request_id)).first()
+    return found is not None
+
+
 def get_request(request_id: str) -> PurchaseRequest:
+    records.ensure_tables()
     table = records.purchase_requests
     with transaction(readonly=True) as session:
         row = session.execute(select(table).where(table.c.id == request_id)).mappings().first()
     if row is None:
-        raise InvalidInputError(detail=f"no purchase request {request_id!r}")
+        # An input error: permanent, so the step fails at once instead of being retried.
+        raise InvalidInputError(detail=f"no purchase request {request_id!r}: {SUBMIT_FIRST}")
     return PurchaseRequest.model_validate(
         {k: row[k] for k in ("id", "supplier", "items", "amount", "revision")}
     )

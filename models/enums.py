@@ -78,6 +78,7 @@ class EventKind(StrEnum):
     COMPLETE = "complete"
     FAIL = "fail"
     CANCEL = "cancel"
+    RESTART = "restart"
     # Facts that are not transitions.
     ENQUEUE = "enqueue"
     INTERRUPT = "interrupt"
@@ -88,6 +89,8 @@ class EventKind(StrEnum):
     MIGRATE = "migrate"
     ANSWER_CARRIED = "answer_carried"
     REFUSED = "refused"
+    # The reaper published a run's task again (unclaimed for too long: a lost publish).
+    REPUBLISH = "republish"
     # Repeated work (counted by stats): one event per re-execution, counters carry {"count": n}.
     STEP_REEXECUTED = "step_reexecuted"
     EFFECT_SKIPPED = "effect_skipped"

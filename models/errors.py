@@ -41,6 +41,10 @@ class InvalidInputError(InterludeError):
     """invalid input: {detail}"""
 
 
+class AmbiguousIdError(InvalidInputError):
+    """{kind} id prefix {prefix!r} is ambiguous; it starts {candidates}"""
+
+
 class RunNotFoundError(InterludeError):
     """no run {run_id}"""
 
@@ -59,6 +63,10 @@ class ActorNotFoundError(ActorError):
 
 class ActorExistsError(ActorError):
     """actor {actor_id}: already exists"""
+
+
+class WaitTimeoutError(InterludeError):
+    """run {run_id} is still {state} after {timeout:g}s"""
 
 
 class InvalidTransitionError(InterludeError):

@@ -6,11 +6,13 @@ history of runs.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from datetime import datetime
 from typing import Any
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
+from sqlalchemy.sql import Subquery
 
 from models.enums import (
     REPEATED_WORK,
@@ -78,22 +80,39 @@ def waiting_by_kind(session: Session) -> dict[str, int]:
     return {kind.value: found.get(kind.value, 0) for kind in InterruptKind}
 
 
-def waiting_since(session: Session) -> tuple[datetime | None, datetime | None]:
-    """When the longest and the median wait began.
+def wait_starts(run_ids: Collection[str] | None = None) -> Subquery:
+    """``(run_id, since)`` of waiting runs: the one definition of how long a run has waited.
 
     A run waits since the first interrupt of its current wait: escalations and renewed reviews
-    supersede an interrupt but keep the run's state version, so they do not restart the clock.
+    supersede an interrupt but keep the run's state version, so they do not restart the clock,
+    and neither does a pause request (it changes no interrupt).
     """
-    since = (
-        select(func.min(Interrupt.created_at).label("since"))
+    query = (
+        select(Interrupt.run_id.label("run_id"), func.min(Interrupt.created_at).label("since"))
         .join(
             Run,
             (Run.id == Interrupt.run_id) & (Run.state_version == Interrupt.state_version),
         )
         .where(Run.state == RunState.WAITING.value)
         .group_by(Interrupt.run_id)
-        .subquery()
     )
+    if run_ids is not None:
+        query = query.where(Interrupt.run_id.in_(list(run_ids)))
+    return query.subquery()
+
+
+def waiting_since_of(session: Session, run_ids: Collection[str]) -> dict[str, datetime]:
+    """When each of these runs began its current wait (runs that do not wait are absent)."""
+    if not run_ids:
+        return {}
+    since = wait_starts(run_ids)
+    rows = session.execute(select(since.c.run_id, since.c.since)).all()
+    return {str(run_id): moment for run_id, moment in rows}
+
+
+def waiting_since(session: Session) -> tuple[datetime | None, datetime | None]:
+    """When the longest and the median wait began (see ``wait_starts``)."""
+    since = wait_starts()
     count, oldest = session.execute(select(func.count(), func.min(since.c.since))).one()
     if not count:
         return None, None

@@ -50,6 +50,8 @@ TRANSITIONS: list[dict[str, Any]] = [
     {"trigger": "complete", "source": R.value, "dest": RunState.SUCCEEDED.value},
     {"trigger": "fail", "source": [R.value, Q.value, RS.value], "dest": RunState.FAILED.value},
     {"trigger": "cancel", "source": NON_TERMINAL, "dest": RunState.CANCELLED.value},
+    # An operator's retry of a failed run: it continues from its last checkpoint.
+    {"trigger": "restart", "source": RunState.FAILED.value, "dest": Q.value},
 ]
 
 

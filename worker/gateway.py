@@ -39,7 +39,7 @@ from worker.declarations import PAUSE_INTERRUPT
 from worker.flows import Flow, Migration, RevalidationContext, continuation, load_flow_modules
 from worker.interrupts import notify, view
 from worker.migration import DEFERRED
-from worker.schemas import BudgetGrant, json_schema_of, lookup
+from worker.schemas import BudgetGrant, describe_errors, json_schema_of, lookup
 
 log = logging.getLogger(__name__)
 MAX_ID = 200
@@ -249,7 +249,7 @@ def _validate_input(contract: ResumeContract, interrupt: Interrupt) -> BaseModel
     try:
         return model.model_validate(contract.input)
     except ValidationError as exc:
-        raise Refusal(ResumeOutcome.INVALID_INPUT, f"{schema}: {_first_error(exc)}") from None
+        raise Refusal(ResumeOutcome.INVALID_INPUT, f"{schema}: {describe_errors(exc)}") from None
 
 
 def _revalidate(

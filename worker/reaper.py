@@ -112,6 +112,15 @@ def _redispatch_unclaimed(now: datetime, batch: int, redispatch_after: float) ->
             if store.mark_redispatched(
                 session, run_id, state_version=version, cutoff=cutoff, now=now
             ):
+                # Explains, in the run's timeline, a gap between its dispatch and its claim.
+                store.record_event(
+                    session,
+                    run_id,
+                    actor=ACTOR,
+                    kind=EventKind.REPUBLISH,
+                    detail={"state": state, "unclaimed_since_before": cutoff.isoformat()},
+                    at=now,
+                )
                 due.append((run_id, state == RunState.RESUMING.value))
     for run_id, resuming in due:
         log.warning(

@@ -30,6 +30,7 @@ from models.errors import (
     FlowDefinitionError,
     FlowVersionError,
     InterludeError,
+    InvalidInputError,
     StaleStateError,
     UnknownFlowError,
     UnknownStepError,
@@ -55,7 +56,14 @@ MAX_BACKOFF_SECONDS = 60.0
 MAX_CHAINED_STEPS = 16
 MAX_CHAIN_SECONDS = 1.0
 # Errors that retrying the step cannot cure.
-PERMANENT_ERRORS = (BudgetRejectedError, UnknownStepError, EffectError, FlowDefinitionError)
+# Failures that another attempt cannot fix: the step fails at once (an input error included).
+PERMANENT_ERRORS = (
+    BudgetRejectedError,
+    UnknownStepError,
+    EffectError,
+    FlowDefinitionError,
+    InvalidInputError,
+)
 
 
 def worker_identity() -> str:

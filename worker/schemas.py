@@ -8,7 +8,7 @@ import threading
 from collections.abc import Callable
 from typing import Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from models.errors import FlowDefinitionError
 
@@ -58,6 +58,27 @@ def json_schema_of(model: type[BaseModel]) -> dict[str, Any]:
 def lookup(name: str, version: int) -> type[BaseModel] | None:
     with _lock:
         return _schemas.get((name, version))
+
+
+def describe_errors(exc: ValidationError) -> str:
+    """Every problem of an input, not only the first: a responder fixes them all at once."""
+    return "; ".join(
+        f"{'.'.join(str(p) for p in error['loc']) or 'input'}: {error['msg']}"
+        for error in exc.errors()
+    )
+
+
+def input_problems(name: str, version: int, value: Any) -> str | None:
+    """What is wrong with ``value`` as input of schema ``name.vN`` (None: nothing, or the schema
+    is not registered in this process and only the gateway can tell)."""
+    model = lookup(name, version)
+    if model is None:
+        return None
+    try:
+        model.model_validate(value)
+    except ValidationError as exc:
+        return describe_errors(exc)
+    return None
 
 
 class _Input(BaseModel):

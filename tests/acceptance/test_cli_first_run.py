@@ -78,6 +78,8 @@ def test_conventions_version_json_anywhere_and_json_errors(tmp_path: Path) -> No
     version = run("--version", env=env)
     listed = run("--json", "runs", "list", env=env)
     bad = run("--json", "runs", "list", "--state", "sleeping", env=env)
+    upgraded = run("db", "upgrade", env=env)
+    example = run("runs", "start", "procurement", "--input", '{"request_id": "PR-9"}', env=env)
 
     # Then the version prints; errors under --json are one JSON object on stderr
     assert version.returncode == 0 and version.stdout.startswith("interlude "), version.stderr
@@ -85,6 +87,9 @@ def test_conventions_version_json_anywhere_and_json_errors(tmp_path: Path) -> No
     refused = json.loads(one_error_line(listed, 1))
     assert refused["exit"] == 1 and "interlude db upgrade" in refused["error"]
     usage = json.loads(one_error_line(bad, 2))
+    # And an example started from the command without its business record is refused at once
+    assert upgraded.returncode == 0, upgraded.stderr
+    assert "no purchase request 'PR-9': submit it first" in one_error_line(example, 2)
     assert usage["exit"] == 2
     assert "unknown state 'sleeping'; one of queued, running" in usage["error"]
 

@@ -59,3 +59,16 @@ def check(ctx: StepContext) -> None:
 @review.revalidate("review")
 def reread(context: RevalidationContext) -> Any:
     return document(context.input["document"])
+
+
+# A run that fails for good while its gate file is missing, and passes once it exists: what an
+# operator's ``runs retry`` is for.
+retried = Flow("cli_retried", version=1)
+
+
+@retried.step(retries=0)
+def attempt(ctx: StepContext) -> None:
+    if not Path(ctx.input["gate"]).exists():
+        raise RuntimeError(f"gate {ctx.input['gate']} is missing")
+    ctx.state["passed"] = True
+    return None

@@ -167,6 +167,9 @@ def test_procurement_rejects_bad_certificates_and_unknown_requests(tasks: TaskRe
     # And a run needs a request id; an unknown request cannot be amended
     with pytest.raises(InvalidInputError, match="request_id"):
         enqueue_run("procurement", {})
+    # And a run for a request the purchasing system does not hold is refused at enqueue
+    with pytest.raises(InvalidInputError, match="no purchase request 'PR-nope': submit it"):
+        enqueue_run("procurement", {"request_id": "PR-nope"})
     with pytest.raises(InvalidInputError, match="no purchase request"):
         procurement.amend_request("PR-missing", ITEMS)
 

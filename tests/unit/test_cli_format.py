@@ -130,7 +130,7 @@ def _verbs(parser: argparse.ArgumentParser, path: list[str]) -> list[list[str]]:
 def test_every_verb_has_help(capsys: pytest.CaptureFixture[str]) -> None:
     verbs = _verbs(build_parser(), [])
     assert {" ".join(v) for v in verbs} == {
-        *(f"runs {v}" for v in ("start", "list", "show", "cancel", "pause")),
+        *(f"runs {v}" for v in ("start", "list", "show", "cancel", "pause", "retry", "wait")),
         "interrupts list",
         "interrupts show",
         "resume",
@@ -326,7 +326,7 @@ def test_the_timeline_is_chronological_and_causal_within_a_moment() -> None:
         "interrupt resolved",
         "resume accepted",
     ]
-    assert entries[2].actor == "alice"
+    assert entries[2].actor == "human:alice"
 
 
 def test_help_lists_allowed_values_and_defaults(capsys: pytest.CaptureFixture[str]) -> None:
@@ -354,3 +354,86 @@ def test_importing_worker_and_parsing_a_command_load_nothing_heavy() -> None:
         [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60
     )
     assert done.stdout.strip() == "[]", done.stdout
+
+
+def test_one_resume_is_one_row_and_actors_are_written_one_way() -> None:
+    interrupt = _interrupt(
+        created_at=NOW, resolved_at=NOW + timedelta(seconds=5), status="resolved"
+    ).model_copy(update={"decision": "approved", "resolved_by": "human:alice"})
+
+    def event(id: int, seconds: int, actor: str, trigger: str, **detail: object) -> EventView:
+        return EventView(
+            id=id,
+            at=NOW + timedelta(seconds=seconds),
+            actor=actor,
+            trigger=trigger,
+            from_state=None,
+            to_state=None,
+            detail=detail,
+        )
+
+    events = [
+        event(1, 0, "worker:w1", "claim", epoch=1, step="check"),
+        event(2, 0, "worker:w1", "interrupt", interrupt_id=interrupt.id),
+        event(3, 5, "human:alice", "accept_resume", interrupt_id=interrupt.id),
+        event(4, 9, "system:reaper", "republish", state="resuming"),
+        event(5, 9, "ops", "cancel", reason="x" * 200),
+    ]
+    attempt = ResumeAttemptView(
+        id=7,
+        at=NOW + timedelta(seconds=5),
+        run_id=interrupt.run_id,
+        interrupt_id=interrupt.id,
+        actor_id="alice",
+        idempotency_key="k",
+        outcome="accepted",
+        reason="approved by human:alice",
+        payload={"actor": {"type": "human", "id": "alice"}},
+    )
+    refused = attempt.model_copy(update={"id": 6, "outcome": "denied", "reason": "no role"})
+    entries = timeline([], events, [], [interrupt], [refused, attempt])
+
+    assert [e.what for e in entries] == [
+        "claim",
+        "interrupt",
+        "accept_resume",
+        "resume denied",
+        "republish",
+        "cancel",
+    ]
+    assert [e.actor for e in entries] == [
+        "worker:w1",
+        "worker:w1",
+        "human:alice",
+        "human:alice",
+        "system:reaper",
+        "human:ops",
+    ]
+    assert "attempt 7" in entries[2].detail and "approved" in entries[2].detail
+    assert "roles approver" in entries[1].detail
+    # Details are whole here; only the table cuts them (unless --wide).
+    assert "x" * 200 in entries[-1].detail
+    assert len(Output().cut(entries[-1].detail)) == 80
+    assert Output(wide=True).cut(entries[-1].detail) == entries[-1].detail
+
+
+def test_tables_show_short_ids_and_wide_shows_them_whole() -> None:
+    assert Output().id("ad1e2d" + "0" * 26) == "ad1e2d00"
+    assert Output(wide=True).id("ad1e2d" + "0" * 26) == "ad1e2d" + "0" * 26
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [("90", 90), ("90s", 90), ("15m", 900), ("12h", 43200), ("7d", 604800), ("1.5h", 5400)],
+)
+def test_durations_read_like_people_write_them(text: str, seconds: float) -> None:
+    from worker.cli.operate import duration
+
+    assert duration(text).total_seconds() == seconds
+
+
+def test_a_duration_that_is_not_one_is_refused() -> None:
+    from worker.cli.operate import duration
+
+    with pytest.raises(argparse.ArgumentTypeError, match="like 90s, 15m"):
+        duration("7 days")

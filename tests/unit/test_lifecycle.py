@@ -40,9 +40,15 @@ def test_every_documented_move_exists() -> None:
         assert table[move] == dest
 
 
-def test_terminal_states_have_no_way_out() -> None:
-    for _, source in transition_table():
+def test_terminal_states_have_no_way_out_but_an_operators_retry_of_a_failure() -> None:
+    for trigger, source in transition_table():
+        if (trigger, source) == ("restart", "failed"):
+            continue  # `interlude runs retry`: a failed run continues from its checkpoint
         assert RunState(source) not in TERMINAL_STATES
+    assert destination("restart", "failed") is RunState.QUEUED
+    for other in TERMINAL_STATES - {RunState.FAILED}:
+        with pytest.raises(TransitionNotAllowed):
+            destination("restart", other.value)
 
 
 def test_cancel_leaves_every_non_terminal_state() -> None:
@@ -95,4 +101,5 @@ def test_triggers_are_the_designed_set() -> None:
         "complete",
         "fail",
         "cancel",
+        "restart",
     }

@@ -19,7 +19,14 @@ from worker.cli.flows import register as register_flows
 from worker.cli.interrupts import register as register_interrupts
 from worker.cli.ops import register as register_ops
 from worker.cli.output import Output, error, set_json_errors
-from worker.cli.parser import JSON_FLAG, Parser, Subparsers, common_options, wants_json
+from worker.cli.parser import (
+    JSON_FLAG,
+    WIDE_FLAG,
+    Parser,
+    Subparsers,
+    common_options,
+    wants_json,
+)
 from worker.cli.resume import register as register_resume
 from worker.cli.runs import register as register_runs
 from worker.cli.serve import register as register_serve
@@ -56,6 +63,7 @@ def build_parser() -> Parser:
     )
     parser.add_argument("--version", action=_Version)
     parser.add_argument(JSON_FLAG, action="store_true", help="print JSON (also after the verb)")
+    parser.add_argument(WIDE_FLAG, action="store_true", help="full ids and details in tables")
     sub: Subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     common = common_options()
     for register in (
@@ -79,7 +87,8 @@ def main(argv: list[str] | None = None) -> int:
     _project_on_path()
     try:
         args = build_parser().parse_args(argv)
-        status: int = args.handler(args, Output(as_json=as_json))
+        out = Output(as_json=as_json, wide=getattr(args, "wide", False))
+        status: int = args.handler(args, out)
         return status
     except SystemExit as exc:  # --help, --version
         return exc.code if isinstance(exc.code, int) else FAILURE

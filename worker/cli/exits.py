@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from models.enums import ResumeOutcome
+from models.enums import ResumeOutcome, RunState
 from models.errors import (
     ActorError,
     ActorExistsError,
@@ -22,6 +22,14 @@ BAD_INPUT = 2  # also what argparse uses for a bad command line
 NOT_FOUND = 3
 CONFLICT = 4  # the run's state does not allow it (e.g. cancelling a finished run)
 NOT_CONFIRMED = 5
+# ``runs wait`` and ``runs show --follow``: how the run finished (succeeded is 0).
+RUN_EXIT: dict[RunState, int] = {
+    RunState.SUCCEEDED: OK,
+    RunState.FAILED: 20,
+    RunState.CANCELLED: 21,
+    RunState.EXPIRED: 22,
+}
+WAIT_TIMED_OUT = 23
 INTERRUPTED = 130
 
 # A duplicate is a success: the first attempt with that idempotency key already decided.
@@ -44,7 +52,8 @@ EPILOG = f"""exit statuses:
   {BAD_INPUT:<3} bad input: a bad argument, bad JSON, an invalid flow input
   {NOT_FOUND:<3} not found: no such run, interrupt, flow or actor
   {CONFLICT:<3} conflict: the run's state does not allow it, or the actor already exists
-  {NOT_CONFIRMED:<3} a resume was not confirmed (answer no, or no terminal and no --yes)
+  {NOT_CONFIRMED:<3} not confirmed (answer no, or no terminal and no --yes)
+  20  runs wait: the run failed (21 cancelled, 22 expired, 23 still going at --timeout)
 """ + "".join(
     f"  {status:<3} resume refused: {outcome.value}\n"
     for outcome, status in RESUME_EXIT.items()

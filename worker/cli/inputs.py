@@ -71,13 +71,13 @@ def credential(actor: str | None) -> str:
     return typed
 
 
-def confirm(question: str, *, assume_yes: bool) -> None:
+def confirm(question: str, *, assume_yes: bool, what: str = "resume") -> None:
     """Go on only when the person says yes; without a terminal, only with ``--yes``."""
     if assume_yes:
         return
     if not sys.stdin.isatty():
         raise CliError(
-            "not confirmed: stdin is not a terminal; pass --yes to resume without asking",
+            f"not confirmed: stdin is not a terminal; pass --yes to {what} without asking",
             NOT_CONFIRMED,
         )
     sys.stderr.write(f"{question} [y/N] ")
@@ -87,4 +87,4 @@ def confirm(question: str, *, assume_yes: bool) -> None:
     except (EOFError, OSError):
         answer = ""
     if answer not in {"y", "yes"}:
-        raise CliError("not confirmed; nothing was submitted", NOT_CONFIRMED)
+        raise CliError("not confirmed; nothing was done", NOT_CONFIRMED)

@@ -9,8 +9,17 @@ from typing import TYPE_CHECKING, Any
 
 from models.enums import InterruptKind, InterruptStatus
 from worker.cli.exits import OK
-from worker.cli.output import Output, age, jsonable, seconds_since, timestamp, until
+from worker.cli.output import (
+    Output,
+    age,
+    format_age,
+    jsonable,
+    seconds_since,
+    timestamp,
+    until,
+)
 from worker.cli.parser import Parser, Subparsers, choice_of, group, one_of, positive_int, verb
+from worker.cli.runs import resolve_run
 
 if TYPE_CHECKING:
     from models.contracts import InterruptView
@@ -18,6 +27,7 @@ if TYPE_CHECKING:
 DEFAULT_LIMIT = 200
 TEMPLATE_EXPIRES_IN = timedelta(hours=1)
 ACTOR_PLACEHOLDER = "<your actor id>"
+PENDING = InterruptStatus.PENDING.value
 
 
 def register(sub: Subparsers, common: Parser) -> None:
@@ -36,7 +46,9 @@ def register(sub: Subparsers, common: Parser) -> None:
         type=choice_of(InterruptKind, "kind"),
         help=f"only interrupts of this kind: {one_of(InterruptKind)}",
     )
-    listing.add_argument("--run", metavar="RUN_ID", help="only this run's interrupts")
+    listing.add_argument(
+        "--run", metavar="RUN_ID", help="only this run's interrupts (id or unique prefix)"
+    )
     listing.add_argument(
         "--limit", metavar="N", type=positive_int, default=DEFAULT_LIMIT, help="at most N"
     )
@@ -48,7 +60,9 @@ def register(sub: Subparsers, common: Parser) -> None:
         "what an interrupt asks for, and a resume.v1 contract template to fill in",
         common,
     )
-    show.add_argument("interrupt_id", metavar="INTERRUPT_ID")
+    show.add_argument(
+        "interrupt_id", metavar="INTERRUPT_ID", help="the interrupt's id or a unique prefix (6+)"
+    )
 
 
 def contract(
@@ -76,38 +90,38 @@ def contract(
     )
 
 
+def resolve_interrupt(given: str) -> str:
+    from worker.ids import resolve_interrupt_id
+
+    return resolve_interrupt_id(given)
+
+
 def new_key(interrupt_id: str) -> str:
     return f"cli-{interrupt_id[:12]}-{uuid.uuid4().hex[:12]}"
 
 
 def _list(args: argparse.Namespace, out: Output) -> int:
     from worker import list_interrupts
+    from worker.waiting import waiting_since
 
-    found = list_interrupts(run_id=args.run, status=args.status, kind=args.kind, limit=args.limit)
+    run_id = resolve_run(args.run) if args.run else None
+    found = list_interrupts(run_id=run_id, status=args.status, kind=args.kind, limit=args.limit)
+    since = waiting_since({i.run_id for i in found if i.status == PENDING})
+    waited = {i.id: _waited(i, since) for i in found}
     if out.as_json:
-        out.json(
-            [
-                {
-                    **jsonable(i),
-                    "waiting_seconds": round(seconds_since(i.created_at), 3)
-                    if i.status == "pending"
-                    else None,
-                }
-                for i in found
-            ]
-        )
+        out.json([{**jsonable(i), "waiting_seconds": waited[i.id]} for i in found])
         return OK
     out.table(
         ["interrupt", "run", "kind", "name", "status", "age", "deadline", "roles"],
         [
             (
-                i.id,
-                i.run_id,
+                out.id(i.id),
+                out.id(i.run_id),
                 i.kind,
                 i.name,
                 i.status,
-                f"waiting {age(i.created_at)}"
-                if i.status == "pending"
+                f"waiting {format_age(waited[i.id] or 0)}"
+                if waited[i.id] is not None
                 else f"{age(i.created_at)} old",
                 until(i.deadline) if i.status == "pending" else timestamp(i.deadline),
                 ", ".join(i.roles),
@@ -115,21 +129,37 @@ def _list(args: argparse.Namespace, out: Output) -> int:
             for i in found
         ],
         title=f"interrupts ({len(found)})",
+        keep=("interrupt", "run"),
     )
     return OK
 
 
+def _waited(interrupt: InterruptView, since: dict[str, datetime]) -> float | None:
+    """A pending interrupt shows how long its run has waited (the run's figure, not its own)."""
+    if interrupt.status != PENDING:
+        return None
+    start = since.get(interrupt.run_id, interrupt.created_at)
+    return round(seconds_since(start), 3)
+
+
 def _show(args: argparse.Namespace, out: Output) -> int:
     from worker import get_interrupt
+    from worker.waiting import waiting_since
 
-    interrupt = get_interrupt(args.interrupt_id)
+    interrupt = get_interrupt(resolve_interrupt(args.interrupt_id))
     template = contract(interrupt, actor_id=ACTOR_PLACEHOLDER)
+    waited = _waited(interrupt, waiting_since([interrupt.run_id]))
     if out.as_json:
-        out.json({"interrupt": interrupt, "template": template})
+        out.json(
+            {
+                "interrupt": {**jsonable(interrupt), "waiting_seconds": waited},
+                "template": template,
+            }
+        )
         return OK
     status = interrupt.status
-    if status == "pending":
-        status += f", waiting {age(interrupt.created_at)}"
+    if waited is not None:
+        status += f", waiting {format_age(waited)}"
     out.pairs(
         [
             ("interrupt", interrupt.id),

@@ -15,6 +15,9 @@ if TYPE_CHECKING:
 PIPE_WIDTH = 200
 COMPACT_LIMIT = 80
 PAIR_LIMIT = 160
+# Ids in tables: long enough to be unique in practice and to type back as a prefix (6+).
+SHORT_ID = 8
+DETAIL_LIMIT = 80
 
 
 def format_age(seconds: float) -> str:
@@ -117,6 +120,16 @@ class Output:
             )
         return self._console
 
+    def id(self, value: str | None) -> str:
+        """An id as a table shows it: its first SHORT_ID characters, all of it with --wide."""
+        if value is None:
+            return "-"
+        return value if self.wide or len(value) <= SHORT_ID else value[:SHORT_ID]
+
+    def cut(self, text: str) -> str:
+        """A detail cut to DETAIL_LIMIT characters, unless --wide."""
+        return text if self.wide else compact(text, DETAIL_LIMIT)
+
     def json(self, data: Any) -> None:
         sys.stdout.write(json.dumps(jsonable(data), indent=2, default=str) + "\n")
         sys.stdout.flush()
@@ -127,15 +140,20 @@ class Output:
         self.render(Text(text))
 
     def table(
-        self, columns: Sequence[str], rows: Iterable[Sequence[Any]], title: str | None = None
+        self,
+        columns: Sequence[str],
+        rows: Iterable[Sequence[Any]],
+        title: str | None = None,
+        keep: Sequence[str] = (),
     ) -> None:
+        """Columns named in ``keep`` (ids, times) never wrap; the others fold when needed."""
         from rich import box
         from rich.table import Table
         from rich.text import Text
 
         table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
         for column in columns:
-            table.add_column(column, overflow="fold")
+            table.add_column(column, overflow="fold", no_wrap=column in keep)
         for row in rows:
             table.add_row(*(Text(str(cell)) for cell in row))
         if title is not None:

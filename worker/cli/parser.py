@@ -17,6 +17,7 @@ Subparsers: TypeAlias = "argparse._SubParsersAction[Parser]"
 
 PROG = "interlude"
 JSON_FLAG = "--json"
+WIDE_FLAG = "--wide"
 
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter):
@@ -56,6 +57,12 @@ def common_options() -> Parser:
         action="store_true",
         default=argparse.SUPPRESS,
         help="print JSON on stdout (and nothing else); errors as JSON on stderr",
+    )
+    common.add_argument(
+        WIDE_FLAG,
+        action="store_true",
+        default=argparse.SUPPRESS,
+        help="full ids and details in tables, however long the lines get",
     )
     return common
 

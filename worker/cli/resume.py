@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from models.enums import ResumeOutcome
 from worker.cli.exits import BAD_INPUT, RESUME_EXIT, CliError
 from worker.cli.inputs import TOKEN_ENV, confirm, credential, parse_json, parse_object
-from worker.cli.interrupts import contract
+from worker.cli.interrupts import contract, resolve_interrupt
 from worker.cli.output import Output, compact, error, note
 from worker.cli.parser import Parser, Subparsers, positive_float, verb
 
@@ -34,7 +34,12 @@ def register(sub: Subparsers, common: Parser) -> None:
             "or a hidden prompt, never from an argument."
         ),
     )
-    parser.add_argument("interrupt_id", metavar="INTERRUPT_ID", nargs="?")
+    parser.add_argument(
+        "interrupt_id",
+        metavar="INTERRUPT_ID",
+        nargs="?",
+        help="the interrupt's id or a unique prefix (6+)",
+    )
     parser.add_argument("--actor", metavar="A", help="your actor id")
     parser.add_argument("--decision", choices=["approved", "rejected"], help="the decision")
     parser.add_argument("--input", metavar="JSON|@FILE", help="the input the interrupt asks for")
@@ -60,6 +65,7 @@ def _resume(args: argparse.Namespace, out: Output) -> int:
     from worker import submit_resume
 
     payload = _from_file(args) if args.contract else _built(args)
+    _check_input(payload)
     summary = _summary(payload)
     if out.as_json:
         if not args.yes:
@@ -102,7 +108,7 @@ def _built(args: argparse.Namespace) -> dict[str, Any]:
             BAD_INPUT,
         )
     value = parse_object(args.input, "--input")
-    interrupt = get_interrupt(args.interrupt_id)
+    interrupt = get_interrupt(resolve_interrupt(args.interrupt_id))
     return contract(
         interrupt,
         actor_id=args.actor,
@@ -112,6 +118,34 @@ def _built(args: argparse.Namespace) -> dict[str, Any]:
         idempotency_key=args.idempotency_key,
         expires_in=timedelta(seconds=args.expires_in),
     )
+
+
+def _check_input(payload: Any) -> None:
+    """Refuse an input the interrupt's schema rejects before anyone is asked for anything.
+
+    Nothing is submitted, so no attempt is recorded; the gateway checks again on submission.
+    Only possible where the schema is registered (INTERLUDE_FLOWS); elsewhere the gateway tells.
+    """
+    from models.errors import InterludeError
+    from worker import get_interrupt
+    from worker.flows import load_flow_modules
+    from worker.schemas import input_problems
+
+    if not isinstance(payload, dict) or not isinstance(payload.get("interrupt_id"), str):
+        return  # malformed: the gateway records it as such
+    if payload.get("decision") == "rejected" and not payload.get("input"):
+        return
+    try:
+        interrupt = get_interrupt(payload["interrupt_id"])
+    except InterludeError:
+        return  # an unknown interrupt is the gateway's to record (stale)
+    load_flow_modules()
+    problems = input_problems(interrupt.schema_name, interrupt.schema_version, payload.get("input"))
+    if problems is not None:
+        raise CliError(
+            f"invalid input for {interrupt.schema_id}: {problems}; nothing was submitted",
+            RESUME_EXIT[ResumeOutcome.INVALID_INPUT],
+        )
 
 
 def _summary(payload: Any) -> list[str]:

@@ -1,20 +1,28 @@
-"""``interlude runs``: start, list, show (a timeline), cancel and pause runs."""
+"""``interlude runs``: start, list, show (a timeline), cancel and pause runs (more verbs in
+``worker.cli.operate``)."""
 
 from __future__ import annotations
 
 import argparse
+from datetime import datetime
+from typing import TYPE_CHECKING
 
 from models.enums import RunState
-from worker.cli.exits import OK
+from worker.cli.exits import BAD_INPUT, OK, CliError
 from worker.cli.inputs import parse_json
+from worker.cli.operate import bulk_cancel, follow, register_verbs, selection_options
 from worker.cli.output import Output, age, jsonable, seconds_since, timestamp, until
 from worker.cli.parser import Parser, Subparsers, choice_of, group, one_of, positive_int, verb
 
+if TYPE_CHECKING:
+    from worker.cli.timeline import Entry
+
 DEFAULT_LIMIT = 50
+WAITING = RunState.WAITING.value
 
 
 def register(sub: Subparsers, common: Parser) -> None:
-    runs = group(sub, "runs", "start, list, inspect, cancel and pause runs")
+    runs = group(sub, "runs", "start, list, inspect, wait for, cancel, pause and retry runs")
 
     start = verb(runs, "start", _start, "start a run of a flow", common)
     start.add_argument("flow", metavar="FLOW", help="the flow's name")
@@ -23,13 +31,7 @@ def register(sub: Subparsers, common: Parser) -> None:
     start.add_argument("--started-by", metavar="A", help="who starts it (recorded)")
 
     listing = verb(runs, "list", _list, "list runs, newest first", common)
-    listing.add_argument(
-        "--state",
-        metavar="S",
-        type=choice_of(RunState, "state"),
-        help=f"only runs in this state: {one_of(RunState)}",
-    )
-    listing.add_argument("--flow", metavar="F", help="only runs of this flow")
+    _filters(listing)
     listing.add_argument(
         "--limit", metavar="N", type=positive_int, default=DEFAULT_LIMIT, help="at most N runs"
     )
@@ -38,15 +40,33 @@ def register(sub: Subparsers, common: Parser) -> None:
         runs,
         "show",
         _show,
-        "a run and its timeline: checkpoints, interrupts, resume attempts, effects, events",
+        "a run and its timeline: one row per event, with its actor",
         common,
     )
-    show.add_argument("run_id", metavar="RUN_ID")
+    show.add_argument("run_id", metavar="RUN_ID", help="the run's id or a unique prefix (6+)")
+    show.add_argument(
+        "--follow",
+        action="store_true",
+        help="keep printing new timeline rows until the run finishes (exit status as runs wait)",
+    )
 
-    cancel = verb(runs, "cancel", _cancel, "cancel a run and close its pending interrupts", common)
-    cancel.add_argument("run_id", metavar="RUN_ID")
+    cancel = verb(
+        runs,
+        "cancel",
+        _cancel,
+        "cancel a run, or every run a selection matches (after a confirmation), "
+        "and close their pending interrupts",
+        common,
+    )
+    cancel.add_argument(
+        "run_id", metavar="RUN_ID", nargs="?", help="the run's id or a unique prefix (6+)"
+    )
     cancel.add_argument("--actor", metavar="A", required=True, help="who cancels (recorded)")
     cancel.add_argument("--reason", metavar="R", default="", help="why (recorded)")
+    _filters(cancel, " (instead of RUN_ID)")
+    cancel.add_argument(
+        "--yes", action="store_true", help="cancel a selection without asking for confirmation"
+    )
 
     pause = verb(
         runs,
@@ -55,8 +75,31 @@ def register(sub: Subparsers, common: Parser) -> None:
         "stop a run at its next step boundary with an operator interrupt",
         common,
     )
-    pause.add_argument("run_id", metavar="RUN_ID")
+    pause.add_argument("run_id", metavar="RUN_ID", help="the run's id or a unique prefix (6+)")
     pause.add_argument("--actor", metavar="A", required=True, help="who pauses (recorded)")
+    register_verbs(runs, common)
+
+
+def _filters(parser: argparse.ArgumentParser, suffix: str = "") -> None:
+    parser.add_argument(
+        "--state",
+        metavar="S",
+        type=choice_of(RunState, "state"),
+        help=f"only runs in this state: {one_of(RunState)}{suffix}",
+    )
+    parser.add_argument("--flow", metavar="F", help=f"only runs of this flow{suffix}")
+    selection_options(parser)
+
+
+def resolve_run(given: str) -> str:
+    from worker.ids import resolve_run_id
+
+    return resolve_run_id(given)
+
+
+def waiting_for(state: str, since: datetime | None) -> float | None:
+    """Seconds a run has waited (None unless it waits): the same figure on every surface."""
+    return round(seconds_since(since), 3) if state == WAITING and since is not None else None
 
 
 def _start(args: argparse.Namespace, out: Output) -> int:
@@ -74,19 +117,22 @@ def _start(args: argparse.Namespace, out: Output) -> int:
 
 
 def _list(args: argparse.Namespace, out: Output) -> int:
-    from worker import list_runs
+    from models.db import utcnow
+    from worker.operate import find_runs
+    from worker.waiting import waiting_since
 
-    found = list_runs(state=args.state, flow=args.flow, limit=args.limit)
+    found = find_runs(
+        state=args.state,
+        flow=args.flow,
+        started_by=args.started_by,
+        started_before=utcnow() - args.older_than if args.older_than is not None else None,
+        limit=args.limit,
+    )
+    since = waiting_since([r.id for r in found if r.state == WAITING])
     if out.as_json:
         out.json(
             [
-                {
-                    **jsonable(run),
-                    # A waiting run has not moved since it suspended: its last update.
-                    "waiting_seconds": round(seconds_since(run.updated_at), 3)
-                    if run.state == "waiting"
-                    else None,
-                }
+                {**jsonable(run), "waiting_seconds": waiting_for(run.state, since.get(run.id))}
                 for run in found
             ]
         )
@@ -95,38 +141,58 @@ def _list(args: argparse.Namespace, out: Output) -> int:
         ["run", "flow", "state", "next step", "age", "created"],
         [
             (
-                run.id,
+                out.id(run.id),
                 f"{run.flow_name} v{run.flow_version}",
                 run.state,
                 run.next_step or "-",
-                f"waiting {age(run.updated_at)}"
-                if run.state == "waiting"
+                f"waiting {age(since[run.id])}"
+                if run.id in since
                 else f"{age(run.created_at)} old",
                 timestamp(run.created_at),
             )
             for run in found
         ],
         title=f"runs ({len(found)})",
+        keep=("run",),
     )
     return OK
+
+
+def entries_of(run_id: str) -> list[Entry]:
+    """The run's timeline, from all of its records."""
+    from worker import list_interrupts, list_resume_attempts
+    from worker.cli.timeline import timeline
+    from worker.runs import list_checkpoints, list_effects, list_events
+
+    return timeline(
+        list_checkpoints(run_id),
+        list_events(run_id),
+        list_effects(run_id),
+        list_interrupts(run_id=run_id),
+        list_resume_attempts(run_id=run_id),
+    )
 
 
 def _show(args: argparse.Namespace, out: Output) -> int:
     from worker import get_run, list_interrupts, list_resume_attempts
     from worker.cli.timeline import timeline
     from worker.runs import list_checkpoints, list_effects, list_events
+    from worker.waiting import waiting_since
 
-    run = get_run(args.run_id)
+    run = get_run(resolve_run(args.run_id))
     checkpoints = list_checkpoints(run.id)
     events = list_events(run.id)
     effects = list_effects(run.id)
     interrupts = list_interrupts(run_id=run.id)
     attempts = list_resume_attempts(run_id=run.id)
     entries = timeline(checkpoints, events, effects, interrupts, attempts)
+    since = waiting_since([run.id]).get(run.id)
+    if out.as_json and args.follow:
+        raise CliError("--follow prints a timeline for people; use runs wait --json", BAD_INPUT)
     if out.as_json:
         out.json(
             {
-                "run": run,
+                "run": {**jsonable(run), "waiting_seconds": waiting_for(run.state, since)},
                 "checkpoints": checkpoints,
                 "interrupts": interrupts,
                 "resume_attempts": attempts,
@@ -137,8 +203,8 @@ def _show(args: argparse.Namespace, out: Output) -> int:
         )
         return OK
     state = run.state
-    if state == "waiting":
-        state += f" for {age(run.updated_at)}"
+    if state == WAITING and since is not None:
+        state += f" for {age(since)}"
     out.pairs(
         [
             ("run", run.id),
@@ -156,39 +222,48 @@ def _show(args: argparse.Namespace, out: Output) -> int:
     )
     for pending in run.pending_interrupts:
         out.line(
-            f"waiting on interrupt {pending.id} ({pending.kind} {pending.name!r}), "
-            f"deadline {until(pending.deadline)}: interlude interrupts show {pending.id}"
+            f"waiting on interrupt {out.id(pending.id)} ({pending.kind} {pending.name!r}), "
+            f"deadline {until(pending.deadline)}: interlude interrupts show {out.id(pending.id)}"
         )
     out.line()
     out.table(
         ["at", "what", "actor", "detail"],
-        [(timestamp(e.at, precise=True), e.what, e.actor, e.detail) for e in entries],
-        title="timeline (UTC)",
+        [(timestamp(e.at, precise=True), e.what, e.actor, out.cut(e.detail)) for e in entries],
+        title="timeline (UTC)" + ("" if out.wide else "; --wide for full details"),
+        keep=("at", "what"),
     )
+    if args.follow:
+        return follow(run.id, out, shown=entries)
     return OK
 
 
 def _cancel(args: argparse.Namespace, out: Output) -> int:
     from worker import cancel_run, get_run
 
-    cancel_run(args.run_id, actor=args.actor, reason=args.reason)
-    state = get_run(args.run_id).state
+    if args.run_id is None:
+        return bulk_cancel(args, out)
+    if any((args.flow, args.state, args.older_than, args.started_by)):
+        raise CliError("give RUN_ID or a selection (--flow, --state, ...), not both", BAD_INPUT)
+    run_id = resolve_run(args.run_id)
+    cancel_run(run_id, actor=args.actor, reason=args.reason)
+    state = get_run(run_id).state
     if out.as_json:
-        out.json({"id": args.run_id, "state": state, "cancelled_by": args.actor})
+        out.json({"id": run_id, "state": state, "cancelled_by": args.actor})
     else:
-        out.line(f"run {args.run_id} cancelled by {args.actor}")
+        out.line(f"run {run_id} cancelled by {args.actor}")
     return OK
 
 
 def _pause(args: argparse.Namespace, out: Output) -> int:
     from worker import pause_run
 
-    pause_run(args.run_id, actor=args.actor)
+    run_id = resolve_run(args.run_id)
+    pause_run(run_id, actor=args.actor)
     if out.as_json:
-        out.json({"id": args.run_id, "pause_requested_by": args.actor})
+        out.json({"id": run_id, "pause_requested_by": args.actor})
     else:
         out.line(
-            f"pause requested for run {args.run_id} by {args.actor}: it stops at its next "
+            f"pause requested for run {run_id} by {args.actor}: it stops at its next "
             "step boundary with an operator interrupt"
         )
     return OK

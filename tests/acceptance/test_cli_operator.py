@@ -1,0 +1,126 @@
+"""What an operator reaches for, through the real console script: short ids and prefixes, the
+timeline, one waiting age, retry, wait, follow, bulk cancel, and input checked before asking."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tests.acceptance.test_cli import Cli, cli, finished, waiting_on  # noqa: F401
+from worker import add_actor, enqueue_run, get_run, list_resume_attempts, submit_resume
+
+
+def test_prefixes_short_ids_and_one_row_per_resume(cli: Cli) -> None:  # noqa: F811
+    # Given a waiting run and a responder
+    secret = add_actor("olga", ["approver"])
+    run_id = enqueue_run("approval", {"env": "qa"}, started_by="olga-team")
+    interrupt = waiting_on(run_id)
+
+    # When the operator lists and shows it by a prefix of its id
+    table = cli.ok("runs", "list").stdout
+    wide = cli.ok("runs", "list", "--wide").stdout
+    shown = cli.json("runs", "show", run_id[:6])
+    queue = cli.ok("interrupts", "list", "--run", run_id[:7]).stdout
+    too_short = cli.fails(2, "runs", "show", run_id[:4])
+
+    # Then tables carry 8-character ids on one line, --wide and JSON the whole id
+    assert run_id[:8] in table and run_id not in table
+    assert run_id in wide
+    assert shown["run"]["id"] == run_id and shown["run"]["waiting_seconds"] >= 0
+    assert interrupt.id[:8] in queue and interrupt.id not in queue
+    assert "at least 6 characters" in too_short.stderr
+
+    # When the responder resumes it by a prefix of the interrupt's id
+    resume = ("resume", interrupt.id[:6], "--actor", "olga", "--decision", "approved", "--yes")
+    cli.json(*resume, "--input", '{"comment": "ok"}', token=secret)
+    assert finished(run_id) == "succeeded"
+    story = cli.json("runs", "show", run_id)["timeline"]
+
+    # Then the resume is one row, with the actor written as everywhere else
+    resumed = [
+        e for e in story if e["what"].startswith(("resume ", "accept_resume", "interrupt resolved"))
+    ]
+    assert [e["what"] for e in resumed] == ["accept_resume waiting → resuming"]
+    assert resumed[0]["actor"] == "human:olga" and "attempt" in resumed[0]["detail"]
+    assert all(":" in e["actor"] for e in story), [e["actor"] for e in story]
+    assert not [e for e in story if e["source"] == "checkpoint"]
+    cli.assert_secret_shown_only(secret)
+
+
+def test_retry_wait_follow_and_bulk_cancel(cli: Cli, tmp_path: Path) -> None:  # noqa: F811
+    # Given a run whose only step fails for good (its gate file is missing)
+    gate = tmp_path / "gate"
+    run_id = cli.json("runs", "start", "cli_retried", "--input", f'{{"gate": "{gate}"}}')["id"]
+
+    # When the operator waits for it, then retries it once the gate exists
+    failed = cli.run("runs", "wait", run_id[:8], "--json")
+    cli.fails(4, "runs", "retry", enqueue_run("approval", {"env": "x"}), "--actor", "ops")
+    gate.write_text("open", encoding="utf-8")
+    cli.json("runs", "retry", run_id, "--actor", "ops", "--reason", "gate fixed")
+    followed = cli.run("runs", "show", run_id, "--follow")
+    waited = cli.json("runs", "wait", run_id, "--timeout", "60")
+
+    # Then waiting told how it failed, the retry continued it, and both ends say succeeded
+    assert failed.status == 20 and '"state": "failed"' in failed.stdout
+    assert followed.status == 0, followed.stderr
+    assert f"run {run_id} succeeded" in followed.stdout
+    assert waited == {"id": run_id, "state": "succeeded", "error": None, "exit": 0}
+    story = cli.json("runs", "show", run_id)["events"]
+    restart = [e for e in story if e["trigger"] == "restart"]
+    assert [(e["actor"], e["from_state"], e["to_state"]) for e in restart] == [
+        ("ops", "failed", "queued")
+    ]
+    assert restart[0]["detail"]["reason"] == "gate fixed"
+
+    # Given three waiting runs started by one team, and one by another
+    mine = [enqueue_run("approval", {"env": f"e{i}"}, started_by="bulk") for i in range(3)]
+    other = enqueue_run("approval", {"env": "keep"}, started_by="someone-else")
+    for each in [*mine, other]:
+        waiting_on(each)
+
+    # When the operator lists them and cancels the team's in bulk
+    listed = cli.json("runs", "list", "--started-by", "bulk", "--older-than", "0s")
+    timed_out = cli.fails(23, "runs", "wait", mine[0], "--timeout", "0.5")
+    unconfirmed = cli.fails(5, *("runs", "cancel", "--state", "waiting"), "--actor", "ops")
+    bulk = ("runs", "cancel", "--flow", "approval", "--started-by", "bulk", "--state", "waiting")
+    cancelled = cli.json(*bulk, "--actor", "ops", "--yes")
+
+    # Then exactly those were cancelled, and the count says so
+    assert {r["id"] for r in listed} == set(mine)
+    assert "still waiting" in timed_out.stderr
+    assert "--yes" in unconfirmed.stderr
+    assert cancelled == {"selected": 3, "cancelled": 3, "skipped": 0}
+    assert {get_run(r).state for r in mine} == {"cancelled"}
+    assert get_run(other).state == "waiting"
+
+
+def test_resume_input_is_checked_before_confirmation_and_credential(
+    cli: Cli,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    # Given a run waiting on a review whose schema wants a verdict and nothing else
+    document = tmp_path / "doc.txt"
+    document.write_text("text", encoding="utf-8")
+    run_id = enqueue_run("cli_review", {"document": str(document)})
+    interrupt = waiting_on(run_id, kind="evidence")
+
+    # When an input with every field wrong is given, with no credential and no terminal
+    bad = '{"verdikt": "fine", "extra": 1}'
+    refused = cli.fails(
+        15, "resume", interrupt.id, "--actor", "rita", "--decision", "approved", "--input", bad
+    )
+
+    # Then every problem is named at once, before any confirmation or credential is asked for
+    for field in ("verdict", "verdikt", "extra"):
+        assert field in refused.stderr
+    assert "nothing was submitted" in refused.stderr
+    assert list_resume_attempts(run_id=run_id) == []
+
+    # And the gateway itself, given the same input, records a refusal naming every problem
+    secret = add_actor("rita", ["approver"])
+    template = cli.json("interrupts", "show", interrupt.id)["template"]
+    contract = {**template, "actor": {"type": "human", "id": "rita"}, "input": json.loads(bad)}
+    result = submit_resume(contract, secret)
+    assert result.outcome == "invalid_input"
+    for field in ("verdict", "verdikt", "extra"):
+        assert field in result.reason

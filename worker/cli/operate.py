@@ -1,0 +1,184 @@
+"""``interlude runs retry|wait``, ``runs show --follow`` and bulk ``runs cancel``.
+
+The verbs that act on a run for an operator (cancel, pause, retry) go through ``_act``, the
+one place that will also check the operator's credential when the command asks for one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import time
+from collections.abc import Callable
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+from models.enums import RunState
+from worker.cli.exits import BAD_INPUT, OK, RUN_EXIT, WAIT_TIMED_OUT, CliError
+from worker.cli.inputs import confirm
+from worker.cli.output import Output, note, timestamp
+from worker.cli.parser import Subparsers, positive_float, verb
+
+if TYPE_CHECKING:
+    from worker.cli.timeline import Entry
+
+DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*$")
+UNIT_SECONDS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+FOLLOW_POLL = 1.0
+
+
+def duration(text: str) -> timedelta:
+    """``90``, ``90s``, ``15m``, ``12h``, ``7d``, ``2w`` as a timedelta."""
+    match = DURATION.match(text)
+    if match is None:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a duration like 90s, 15m, 12h or 7d")
+    return timedelta(seconds=float(match.group(1)) * UNIT_SECONDS[match.group(2)])
+
+
+def selection_options(parser: argparse.ArgumentParser) -> None:
+    """Filters shared by ``runs list`` and bulk ``runs cancel``."""
+    parser.add_argument("--started-by", metavar="A", help="only runs started by A")
+    parser.add_argument(
+        "--older-than",
+        metavar="D",
+        type=duration,
+        help="only runs started more than D ago (90s, 15m, 12h, 7d)",
+    )
+
+
+def register_verbs(runs: Subparsers, common: Any) -> None:
+    retry = verb(
+        runs,
+        "retry",
+        _retry,
+        "continue a failed run from its last checkpoint (its failed step runs again)",
+        common,
+    )
+    retry.add_argument("run_id", metavar="RUN_ID", help="the run's id or a unique prefix (6+)")
+    retry.add_argument("--actor", metavar="A", required=True, help="who retries (recorded)")
+    retry.add_argument("--reason", metavar="R", default="", help="why (recorded)")
+
+    wait = verb(
+        runs,
+        "wait",
+        _wait,
+        "wait until a run finishes; the exit status says how it finished",
+        common,
+    )
+    wait.add_argument("run_id", metavar="RUN_ID", help="the run's id or a unique prefix (6+)")
+    wait.add_argument("--timeout", metavar="S", type=positive_float, help="give up after S seconds")
+
+
+def _act(action: Callable[..., None], run_id: str, *, actor: str, **options: Any) -> None:
+    """Every operator action on a run goes through here (one place to authenticate it)."""
+    action(run_id, actor=actor, **options)
+
+
+def _retry(args: argparse.Namespace, out: Output) -> int:
+    from worker.cli.runs import resolve_run
+    from worker.operate import retry_run
+
+    run_id = resolve_run(args.run_id)
+    _act(retry_run, run_id, actor=args.actor, reason=args.reason)
+    if out.as_json:
+        out.json({"id": run_id, "state": RunState.QUEUED.value, "retried_by": args.actor})
+    else:
+        out.line(f"run {run_id} retried by {args.actor}: its failed step runs again")
+    return OK
+
+
+def _wait(args: argparse.Namespace, out: Output) -> int:
+    from models.errors import WaitTimeoutError
+    from worker.cli.runs import resolve_run
+    from worker.operate import wait_for_run
+
+    run_id = resolve_run(args.run_id)
+    try:
+        run = wait_for_run(run_id, timeout=args.timeout)
+    except WaitTimeoutError as exc:
+        raise CliError(str(exc), WAIT_TIMED_OUT) from None
+    return _finished(out, run.id, run.state, run.error)
+
+
+def _finished(out: Output, run_id: str, state: str, error: str | None) -> int:
+    status = RUN_EXIT[RunState(state)]
+    if out.as_json:
+        out.json({"id": run_id, "state": state, "error": error, "exit": status})
+    else:
+        out.line(f"run {run_id} {state}" + (f": {error}" if error else ""))
+    return status
+
+
+def follow(run_id: str, out: Output, shown: list[Entry]) -> int:
+    """After ``runs show``: print the timeline's new rows until the run finishes."""
+    from worker import get_run
+    from worker.cli.runs import entries_of
+
+    seen = {_key(entry) for entry in shown}
+    note("following; Ctrl-C stops")
+    while True:
+        run = get_run(run_id)
+        for entry in entries_of(run.id):
+            if _key(entry) in seen:
+                continue
+            seen.add(_key(entry))
+            out.line(
+                f"{timestamp(entry.at, precise=True)}  {entry.what}  {entry.actor}  "
+                f"{out.cut(entry.detail)}"
+            )
+        if RunState(run.state).terminal:
+            return _finished(out, run.id, run.state, run.error)
+        time.sleep(FOLLOW_POLL)
+
+
+def _key(entry: Entry) -> tuple[str, str, str]:
+    return (entry.source, entry.ref, entry.what)
+
+
+def bulk_cancel(args: argparse.Namespace, out: Output) -> int:
+    """``runs cancel`` without a RUN_ID: every run the filters select, after a confirmation."""
+    from models.db import utcnow
+    from models.errors import InvalidTransitionError, StaleStateError
+    from worker import cancel_run
+    from worker.operate import find_runs
+
+    if not any((args.flow, args.state, args.older_than, args.started_by)):
+        raise CliError(
+            "runs cancel needs a RUN_ID or a selection (--flow, --state, --older-than, "
+            "--started-by)",
+            BAD_INPUT,
+        )
+    before = utcnow() - args.older_than if args.older_than is not None else None
+    selected = find_runs(
+        state=args.state,
+        flow=args.flow,
+        started_by=args.started_by,
+        started_before=before,
+        limit=None,
+    )
+    selected = [r for r in selected if not RunState(r.state).terminal]
+    if not selected:
+        if out.as_json:
+            out.json({"selected": 0, "cancelled": 0, "skipped": 0})
+        else:
+            out.line("no unfinished run matches; nothing to cancel")
+        return OK
+    question = f"Cancel {len(selected)} run(s)"
+    if args.flow:
+        question += f" of flow {args.flow}"
+    confirm(f"{question}?", assume_yes=args.yes, what="cancel")
+    cancelled, skipped = 0, 0
+    for run in selected:
+        try:
+            _act(cancel_run, run.id, actor=args.actor, reason=args.reason)
+            cancelled += 1
+        except (InvalidTransitionError, StaleStateError):
+            skipped += 1  # it finished (or kept moving) since it was selected
+    if out.as_json:
+        out.json({"selected": len(selected), "cancelled": cancelled, "skipped": skipped})
+    else:
+        out.line(
+            f"{cancelled} run(s) cancelled by {args.actor}"
+            + (f"; {skipped} finished meanwhile and were left as they are" if skipped else "")
+        )
+    return OK
