@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 import uuid
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from models.enums import InterruptKind, InterruptStatus
