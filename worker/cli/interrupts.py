@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from models.enums import InterruptKind, InterruptStatus
 from worker.cli.exits import OK
+from worker.cli.lookup import resolve_interrupt, resolve_run
 from worker.cli.output import (
     Output,
     age,
@@ -19,7 +20,6 @@ from worker.cli.output import (
     until,
 )
 from worker.cli.parser import Parser, Subparsers, choice_of, group, one_of, positive_int, verb
-from worker.cli.runs import resolve_run
 
 if TYPE_CHECKING:
     from models.contracts import InterruptView
@@ -88,12 +88,6 @@ def contract(
         idempotency_key=idempotency_key or new_key(interrupt.id),
         expires_in=expires_in,
     )
-
-
-def resolve_interrupt(given: str) -> str:
-    from worker.ids import resolve_interrupt_id
-
-    return resolve_interrupt_id(given)
 
 
 def new_key(interrupt_id: str) -> str:

@@ -75,7 +75,7 @@ def _act(action: Callable[..., None], run_id: str, *, actor: str, **options: Any
 
 
 def _retry(args: argparse.Namespace, out: Output) -> int:
-    from worker.cli.runs import resolve_run
+    from worker.cli.lookup import resolve_run
     from worker.operate import retry_run
 
     run_id = resolve_run(args.run_id)
@@ -89,7 +89,7 @@ def _retry(args: argparse.Namespace, out: Output) -> int:
 
 def _wait(args: argparse.Namespace, out: Output) -> int:
     from models.errors import WaitTimeoutError
-    from worker.cli.runs import resolve_run
+    from worker.cli.lookup import resolve_run
     from worker.operate import wait_for_run
 
     run_id = resolve_run(args.run_id)
@@ -112,7 +112,7 @@ def _finished(out: Output, run_id: str, state: str, error: str | None) -> int:
 def follow(run_id: str, out: Output, shown: list[Entry]) -> int:
     """After ``runs show``: print the timeline's new rows until the run finishes."""
     from worker import get_run
-    from worker.cli.runs import entries_of
+    from worker.cli.lookup import entries_of
 
     seen = {_key(entry) for entry in shown}
     note("following; Ctrl-C stops")

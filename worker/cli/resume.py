@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING, Any
 from models.enums import ResumeOutcome
 from worker.cli.exits import BAD_INPUT, RESUME_EXIT, CliError
 from worker.cli.inputs import TOKEN_ENV, confirm, credential, parse_json, parse_object
-from worker.cli.interrupts import contract, resolve_interrupt
+from worker.cli.interrupts import contract
+from worker.cli.lookup import resolve_interrupt
 from worker.cli.output import Output, compact, error, note
 from worker.cli.parser import Parser, Subparsers, positive_float, verb
 

@@ -5,17 +5,14 @@ from __future__ import annotations
 
 import argparse
 from datetime import datetime
-from typing import TYPE_CHECKING
 
 from models.enums import RunState
 from worker.cli.exits import BAD_INPUT, OK, CliError
 from worker.cli.inputs import parse_json
+from worker.cli.lookup import resolve_run
 from worker.cli.operate import bulk_cancel, follow, register_verbs, selection_options
 from worker.cli.output import Output, age, jsonable, seconds_since, timestamp, until
 from worker.cli.parser import Parser, Subparsers, choice_of, group, one_of, positive_int, verb
-
-if TYPE_CHECKING:
-    from worker.cli.timeline import Entry
 
 DEFAULT_LIMIT = 50
 WAITING = RunState.WAITING.value
@@ -91,12 +88,6 @@ def _filters(parser: argparse.ArgumentParser, suffix: str = "") -> None:
     selection_options(parser)
 
 
-def resolve_run(given: str) -> str:
-    from worker.ids import resolve_run_id
-
-    return resolve_run_id(given)
-
-
 def waiting_for(state: str, since: datetime | None) -> float | None:
     """Seconds a run has waited (None unless it waits): the same figure on every surface."""
     return round(seconds_since(since), 3) if state == WAITING and since is not None else None
@@ -156,21 +147,6 @@ def _list(args: argparse.Namespace, out: Output) -> int:
         keep=("run",),
     )
     return OK
-
-
-def entries_of(run_id: str) -> list[Entry]:
-    """The run's timeline, from all of its records."""
-    from worker import list_interrupts, list_resume_attempts
-    from worker.cli.timeline import timeline
-    from worker.runs import list_checkpoints, list_effects, list_events
-
-    return timeline(
-        list_checkpoints(run_id),
-        list_events(run_id),
-        list_effects(run_id),
-        list_interrupts(run_id=run_id),
-        list_resume_attempts(run_id=run_id),
-    )
 
 
 def _show(args: argparse.Namespace, out: Output) -> int:
