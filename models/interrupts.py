@@ -137,12 +137,6 @@ def _successor(old: Interrupt, changes: dict[str, Any]) -> Interrupt:
     )
 
 
-def lock(session: Session, interrupt_id: str) -> Interrupt | None:
-    """The interrupt, locked until commit: concurrent resumes of it queue here."""
-    query = select(Interrupt).where(Interrupt.id == interrupt_id)
-    return session.execute(dialect(session).lock(query)).scalar_one_or_none()
-
-
 def lock_with_run(session: Session, interrupt_id: str) -> tuple[Interrupt, Run] | None:
     """The interrupt, locked until commit, and its run, in one query."""
     query = (
@@ -182,19 +176,6 @@ def resolved_at(
     if name is not None:
         query = query.where(Interrupt.name == name)
     return list(session.execute(query).scalars())
-
-
-def any_resolved_at(session: Session, run_id: str, checkpoint_id: str) -> bool:
-    found = session.execute(
-        select(Interrupt.id)
-        .where(
-            Interrupt.run_id == run_id,
-            Interrupt.checkpoint_id == checkpoint_id,
-            Interrupt.status == InterruptStatus.RESOLVED.value,
-        )
-        .limit(1)
-    ).first()
-    return found is not None
 
 
 def due(session: Session, now: datetime, size: int, exclude: Collection[str]) -> list[Interrupt]:
