@@ -5,11 +5,15 @@ answered while no worker runs. Then generation 2 (``tests.flows.versions_v2``) r
 every process of the test after the switch — worker and ``interlude`` command alike — loads
 only version 2. Runs continue through the declared migrations, answers carry over or are
 asked again, and the flow that version 2 dropped is refused with a recorded reason.
+
+The test's processes use their own broker database (the test scratch database, flushed per
+test): the session's shared worker, which loads other flows, must not take their tasks.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Callable
@@ -31,12 +35,16 @@ V2 = "tests.flows.versions_v2"
 pytestmark = pytest.mark.slow
 
 
+def _broker() -> str:
+    return os.environ["INTERLUDE_TEST_REDIS"]
+
+
 def _cli(
     db: str, flows: str, *args: str, token: str | None = None
 ) -> subprocess.CompletedProcess[str]:
     from tests.conftest import worker_env
 
-    env = worker_env(db, INTERLUDE_FLOWS=flows)
+    env = worker_env(db, INTERLUDE_FLOWS=flows, INTERLUDE_BROKER_URL=_broker())
     env.pop("INTERLUDE_ACTOR_TOKEN", None)
     if token is not None:
         env["INTERLUDE_ACTOR_TOKEN"] = token
@@ -104,7 +112,7 @@ def test_runs_waiting_across_a_deployment_continue_on_the_new_version(
 ) -> None:
     alice = add_actor("alice", ["approver"])
     # Given generation 1: a worker with version 1 only, and runs waiting on their interrupts
-    gen1 = start_worker(INTERLUDE_FLOWS=V1)
+    gen1 = start_worker(INTERLUDE_FLOWS=V1, INTERLUDE_BROKER_URL=_broker())
     waiting = _start(db, "ver_carry", {"amount": 12.5})
     answered = _start(db, "ver_carry", {"amount": 3})
     repriced = _start(db, "ver_carry", {"amount": 4, "repriced": True})
@@ -139,7 +147,7 @@ def test_runs_waiting_across_a_deployment_continue_on_the_new_version(
     assert rows[("ver_orphan", 1)]["stranded"] is True
 
     # When generation 2 runs
-    start_worker(INTERLUDE_FLOWS=V2)
+    start_worker(INTERLUDE_FLOWS=V2, INTERLUDE_BROKER_URL=_broker())
 
     # Then a waiting run is resumed by a process that has only version 2 (the schema is
     # registered there), migrates, and finishes on version 2 with the answer

@@ -11,17 +11,17 @@ from tests.flows.interrupts import scratch_redis
 from tests.resumes import contract_for
 from worker import add_actor, enqueue_run, get_run, submit_resume
 from worker import flows as registry
-from worker.runtime import execute
+from worker.testing import TaskRecorder
 
 
 def test_a_resume_accepted_without_the_flow_code_is_revalidated_by_the_worker(
-    db: str, monkeypatch: pytest.MonkeyPatch
+    tasks: TaskRecorder, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     alice = add_actor("alice", ["approver"])
     # Given a run waiting on a price approval raised at price 10
     scratch_redis().set("price:sku-7", "10")
     run_id = enqueue_run("priced", {"sku": "sku-7"})
-    execute(run_id)
+    tasks.drain()
     asked = get_run(run_id).pending_interrupts[0]
     # When the price changes and a process without the flow's code accepts the approval
     scratch_redis().set("price:sku-7", "12")
@@ -33,7 +33,7 @@ def test_a_resume_accepted_without_the_flow_code_is_revalidated_by_the_worker(
     assert result.accepted, result.reason
     # Then the worker that continues the run revalidates: it waits on a renewed review with
     # the current evidence, on a new checkpoint, the old answer kept
-    execute(run_id)
+    tasks.drain()
     run = get_run(run_id)
     assert run.state == "waiting"
     renewed = run.pending_interrupts[0]
@@ -52,20 +52,22 @@ def test_a_resume_accepted_without_the_flow_code_is_revalidated_by_the_worker(
     assert "claim" in triggers[triggers.index("accept_resume") :]
     # And once the new price is approved, the run finishes with it
     assert submit_resume(contract_for(renewed, "alice", input={"comment": "12 ok"}), alice).accepted
-    execute(run_id)
+    tasks.drain()
     assert get_run(run_id).output == {"price": "12", "comment": "12 ok"}
 
 
-def test_a_resume_accepted_with_the_flow_code_is_not_revalidated_again(db: str) -> None:
+def test_a_resume_accepted_with_the_flow_code_is_not_revalidated_again(
+    tasks: TaskRecorder,
+) -> None:
     alice = add_actor("alice", ["approver"])
     # Given a waiting price approval, accepted where the flow's code is loaded
     scratch_redis().set("price:sku-8", "10")
     run_id = enqueue_run("priced", {"sku": "sku-8"})
-    execute(run_id)
+    tasks.drain()
     asked = get_run(run_id).pending_interrupts[0]
     assert submit_resume(contract_for(asked, "alice", input={"comment": "ok"}), alice).accepted
     # When the price changes after the acceptance
     scratch_redis().set("price:sku-8", "11")
-    execute(run_id)
+    tasks.drain()
     # Then the accepted answer holds (the gateway revalidated it): the run finishes
     assert get_run(run_id).state == "succeeded"
