@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 from pathlib import Path
+from typing import Literal
 
 from pydantic import ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -49,6 +50,8 @@ class Settings(BaseSettings):
     sweep_batch: int = DEFAULT_SWEEP_BATCH
     pause_expires_in: float = DEFAULT_PAUSE_EXPIRES_IN
     metrics_port: int = 0
+    # Worker and beat log lines: "text" (run, flow and step appended) or "json" (one object each).
+    log_format: Literal["text", "json"] = "text"
     # Connections each process keeps open to the database; by default, enough for one step per
     # slot of the worker's pool (a threads pool of 50 gets 52), else a few.
     db_pool_size: int | None = None
@@ -92,7 +95,8 @@ def _first_problem(exc: ValidationError) -> str:
     info = Settings.model_fields.get(field)
     annotation = info.annotation if info is not None else None
     expected = _EXPECTED.get(annotation) if isinstance(annotation, type) else None
-    return f"{variable}={problem.get('input')!r}: expected {expected or problem['msg']}"
+    wanted = f"expected {expected}" if expected else problem["msg"]
+    return f"{variable}={problem.get('input')!r}: {wanted}"
 
 
 def reset_settings() -> None:

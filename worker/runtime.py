@@ -37,7 +37,7 @@ from models.errors import (
 )
 from models.settings import get_settings
 from models.tables import Checkpoint, Interrupt, Run
-from worker import dispatch
+from worker import dispatch, runlog
 from worker.context import ResolvedInterrupt, StepContext
 from worker.declarations import PAUSE_INTERRUPT, Suspend, declare
 from worker.flows import Flow, Migration, StepDef, continuation
@@ -89,17 +89,22 @@ def execute(run_id: str) -> None:
     long run cannot hold a worker; then the run goes back to the queue.
     """
     owner = worker_identity()
-    claimed = _claim(run_id, owner)
-    started, steps = time.monotonic(), 0
-    while claimed is not None:
-        steps += 1
-        may_chain = steps < MAX_CHAINED_STEPS and time.monotonic() - started < MAX_CHAIN_SECONDS
-        claimed = _execute_step(claimed, owner, may_chain=may_chain)
+    runlog.bind(run_id)
+    try:
+        claimed = _claim(run_id, owner)
+        started, steps = time.monotonic(), 0
+        while claimed is not None:
+            steps += 1
+            may_chain = steps < MAX_CHAINED_STEPS and time.monotonic() - started < MAX_CHAIN_SECONDS
+            claimed = _execute_step(claimed, owner, may_chain=may_chain)
+    finally:
+        runlog.clear()
 
 
 def _execute_step(claimed: Claimed, owner: str, *, may_chain: bool) -> Claimed | None:
     """Execute the claimed step and commit its outcome; the next step's claim if chained."""
     run, flow = claimed.run, claimed.flow
+    runlog.bind(run.id, flow.name, claimed.step.name)
     ctx = StepContext(
         run_id=run.id,
         flow=flow,
@@ -475,3 +480,11 @@ def _commit_failure(claimed: Claimed, ctx: StepContext, exc: Exception, owner: s
         return
     if retry:
         dispatch.publish_step(run.id, countdown=backoff)
+    else:
+        log.error(
+            "run failed for good: step %s failed %d time(s): %s",
+            step.name,
+            attempts,
+            error,
+            extra={"action": "run_failed", "run_id": run.id},
+        )

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from celery.signals import worker_init
+from celery.signals import after_setup_logger, after_setup_task_logger, worker_init
 
 from models.db import size_pool_for
+from worker import runlog
 from worker.app import TASK_REAP, TASK_RESUME, TASK_STEP, TASK_SWEEP, app
 from worker.stats import serve_from_worker  # noqa: F401  (serves metrics if configured)
 
@@ -38,6 +39,11 @@ def reap() -> int:
     from worker.reaper import reap as reap_runs
 
     return reap_runs()
+
+
+# Celery configures the handlers; ours name the run on every line (or write JSON).
+after_setup_logger.connect(runlog.install)
+after_setup_task_logger.connect(runlog.install)
 
 
 @worker_init.connect  # type: ignore[untyped-decorator]

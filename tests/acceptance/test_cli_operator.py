@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 from tests.acceptance.test_cli import Cli, cli, finished, waiting_on  # noqa: F401
+from tests.services import WorkerProcess
 from worker import add_actor, enqueue_run, get_run, list_resume_attempts, submit_resume
 
 
@@ -47,7 +48,11 @@ def test_prefixes_short_ids_and_one_row_per_resume(cli: Cli) -> None:  # noqa: F
     cli.assert_secret_shown_only(secret)
 
 
-def test_retry_wait_follow_and_bulk_cancel(cli: Cli, tmp_path: Path) -> None:  # noqa: F811
+def test_retry_wait_follow_and_bulk_cancel(
+    cli: Cli,  # noqa: F811
+    shared_worker: WorkerProcess,
+    tmp_path: Path,
+) -> None:
     # Given a run whose only step fails for good (its gate file is missing)
     gate = tmp_path / "gate"
     run_id = cli.json("runs", "start", "cli_retried", "--input", f'{{"gate": "{gate}"}}')["id"]
@@ -62,6 +67,10 @@ def test_retry_wait_follow_and_bulk_cancel(cli: Cli, tmp_path: Path) -> None:  #
 
     # Then waiting told how it failed, the retry continued it, and both ends say succeeded
     assert failed.status == 20 and '"state": "failed"' in failed.stdout
+    # And the worker's log named the run, its flow and step, and said it failed for good
+    log = shared_worker.output()
+    assert f"[run {run_id}, flow cli_retried, step attempt]" in log
+    assert "run failed for good: step attempt" in log
     assert followed.status == 0, followed.stderr
     assert f"run {run_id} succeeded" in followed.stdout
     assert waited == {"id": run_id, "state": "succeeded", "error": None, "exit": 0}
