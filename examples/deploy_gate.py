@@ -159,6 +159,8 @@ def roll_out(ctx: StepContext) -> None:
         request.environment,
         request.version,
         ctx.state["diff_hash"],
+        # The deployer deduplicates on the key (a late stale call is absorbed): no token.
+        pass_fencing_token=False,
     )
     ctx.state["deployment"] = receipt
     ctx.state["outcome"] = "deployed"

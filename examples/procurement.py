@@ -298,7 +298,11 @@ def certify(ctx: StepContext) -> str | None:
     """Screen the supplier, then wait for an engineer's certificate of this request."""
     request = get_request(ctx.input["request_id"])
     # Runs once: when this step runs again after the wait, the recorded check is reused.
-    check = ctx.effect("supplier_check", screen_supplier, request.supplier)
+    # The screening service and the order desk deduplicate on the key: a late call from a
+    # worker that lost its lease is absorbed there, so they take no fencing token.
+    check = ctx.effect(
+        "supplier_check", screen_supplier, request.supplier, pass_fencing_token=False
+    )
     ctx.state["supplier_check"] = check
     if not check["clear"]:
         ctx.state["outcome"] = "supplier_blocked"
@@ -345,6 +349,7 @@ def order(ctx: StepContext) -> None:
         request.supplier,
         request.amount,
         ctx.state["certificate"]["certificate_id"],
+        pass_fencing_token=False,
     )
     ctx.state["order"] = receipt
     ctx.state["outcome"] = "ordered"

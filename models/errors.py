@@ -81,6 +81,11 @@ class FencedError(InterludeError):
     """run {run_id}: lease epoch {epoch} was superseded; this worker no longer owns the run"""
 
 
+class LeaseMarginError(InterludeError):
+    """effect {name!r} of run {run_id} not called: the lease had {left:.1f}s left, not more
+    than the {margin:.1f}s margin"""
+
+
 class EffectError(InterludeError):
     """effect {name!r} of run {run_id}: {detail}"""
 

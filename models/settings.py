@@ -31,6 +31,11 @@ DEFAULT_REAP_INTERVAL = 10.0
 ENV_PREFIX = "INTERLUDE_"
 # What a variable must hold, by the type of its field, for the one-line error.
 _EXPECTED = {float: "a number, like 5 or 2.5", int: "a whole number, like 5"}
+# An effect's fn is called only while the worker's lease has more than this left.
+DEFAULT_EFFECT_MARGIN = 5.0
+# An intent left by an owner that lost its lease is reconciled (or handed to an operator) only
+# this long after that lease expired, so that a call it still had in flight has landed.
+DEFAULT_EFFECT_GRACE = 15.0
 
 
 class Settings(BaseSettings):
@@ -70,6 +75,8 @@ class Settings(BaseSettings):
     # Celery beat's schedule (beat_schedule.py): seconds between sweeps and reaper passes.
     sweep_interval: float = DEFAULT_SWEEP_INTERVAL
     reap_interval: float = DEFAULT_REAP_INTERVAL
+    effect_margin: float = DEFAULT_EFFECT_MARGIN
+    effect_grace: float = DEFAULT_EFFECT_GRACE
 
     def flow_modules(self) -> list[str]:
         return [m.strip() for m in self.flows.split(",") if m.strip()]

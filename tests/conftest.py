@@ -23,6 +23,8 @@ os.environ["INTERLUDE_BROKER_URL"] = f"{REDIS_URL}/{REDIS_DB}"
 os.environ["INTERLUDE_TEST_REDIS"] = f"{REDIS_URL}/{REDIS_DB + 1}"
 os.environ["INTERLUDE_FLOWS"] = FLOW_MODULES
 os.environ.setdefault("INTERLUDE_LEASE_SECONDS", "30")
+# Tests that are not about zombie workers need not wait long for a stale owner's call.
+os.environ.setdefault("INTERLUDE_EFFECT_GRACE", "1")
 
 from models.db import dispose_engines, get_engine  # noqa: E402
 from models.migrate import upgrade  # noqa: E402

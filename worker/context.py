@@ -13,6 +13,7 @@ from models.db import transaction
 from models.effects import LedgerEntry, Outcome
 from models.enums import Decision, InterruptKind
 from models.errors import BudgetRejectedError
+from models.settings import DEFAULT_LEASE_SECONDS
 from worker.declarations import InterruptArgs, Suspend, declare
 from worker.effects import perform
 from worker.flows import Flow
@@ -68,6 +69,8 @@ class StepContext:
     # The effect ledger of the run, loaded on first use (None until then).
     effects: dict[str, LedgerEntry] | None
     resuming: bool = False
+    # The step's lease: renewed to this length right before an effect's function is called.
+    lease_seconds: float = DEFAULT_LEASE_SECONDS
     applied_effects: list[str] = field(default_factory=list)
     pending_outcomes: list[Outcome] = field(default_factory=list)
     counters: dict[str, int] = field(default_factory=dict)
@@ -162,8 +165,22 @@ class StepContext:
         *args: Any,
         reconcile: Callable[[str], Any] | None = None,
         key: str | None = None,
+        pass_fencing_token: bool = True,
         **kwargs: Any,
     ) -> T:
-        """Run an external side effect at most once for this run (see ``worker.effects``)."""
-        result: T = perform(self, name, fn, args, kwargs, reconcile=reconcile, key=key)
+        """Run an external side effect at most once for this run (see ``worker.effects``).
+
+        ``fn`` is called as ``fn(*args, idempotency_key=..., fencing_token=epoch, **kwargs)``;
+        ``pass_fencing_token=False`` leaves the token out for a callee that does not take it.
+        """
+        result: T = perform(
+            self,
+            name,
+            fn,
+            args,
+            kwargs,
+            reconcile=reconcile,
+            key=key,
+            fencing_token=pass_fencing_token,
+        )
         return result

@@ -3,8 +3,9 @@
 A step may execute again; an effect recorded ``applied`` returns its receipt without being
 called again, and an ``intent`` whose outcome is unknown (the process died in between) is
 reconciled before the step continues, or handed to an operator as a ``repair`` interrupt.
-Every ledger write is fenced on the step's lease epoch, which ``fn`` may also pass on to
-systems that accept fencing tokens.
+Every ledger write is fenced on the step's lease epoch, which ``fn`` receives as
+``fencing_token=`` to pass on to systems that refuse stale tokens (``worker.fencing`` has the
+lease margin and the grace that keep a frozen owner's late call apart from a new owner's).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from models import effects as store
@@ -20,7 +22,8 @@ from models.contracts import evidence_hash, json_copy
 from models.db import transaction
 from models.effects import LedgerEntry, Outcome
 from models.enums import Decision, EffectStatus, EventKind, InterruptKind
-from models.errors import EffectError, FencedError
+from models.errors import EffectError, FencedError, LeaseMarginError
+from worker import fencing
 from worker.declarations import Suspend, declare
 from worker.flows import Flow
 from worker.schemas import RepairResolution
@@ -52,6 +55,7 @@ class EffectScope(Protocol):
     epoch: int
     checkpoint_id: str
     checkpoint_seq: int
+    lease_seconds: float
     applied_effects: list[str]
     # Outcomes recorded by the step's next transaction (its commit, or another intent).
     pending_outcomes: list[Outcome]
@@ -85,6 +89,7 @@ def perform(
     *,
     reconcile: Callable[[str], Any] | None,
     key: str | None,
+    fencing_token: bool = True,
 ) -> Any:
     # The checkpoint sequence keeps a step that runs again in a loop from reusing old effects.
     key = key or f"{ctx.run_id}:{ctx.checkpoint_seq}:{ctx.step}:{name}"
@@ -92,9 +97,12 @@ def perform(
     if key in ctx.applied_effects:
         raise EffectError(run_id=ctx.run_id, name=name, detail="used twice in one execution")
     request_hash = _request_hash(args, kwargs)
-    if ctx.effects is None and _record_intent(ctx, name, key, request_hash, exists=False):
-        # Nothing read yet and the key was free: the common case costs one statement.
-        return _call(ctx, name, key, fn, args, kwargs)
+    call = _Call(name, key, fn, args, kwargs, fencing_token)
+    if ctx.effects is None:
+        lease = _record_intent(ctx, name, key, request_hash, exists=False)
+        if lease is not None:
+            # Nothing read yet and the key was free: the common case costs one transaction.
+            return _call(ctx, call, lease)
     entry = ctx.ledger().get(key)
     if entry is not None and entry.status == EffectStatus.APPLIED:
         ctx.count(EventKind.EFFECT_SKIPPED)
@@ -106,22 +114,35 @@ def perform(
             mark_outcome(ctx, key, EffectStatus.APPLIED, receipt=receipt)
             ctx.applied_effects.append(key)
             return receipt
-    if not _record_intent(ctx, name, key, request_hash, exists=entry is not None):
+    lease = _record_intent(ctx, name, key, request_hash, exists=entry is not None)
+    if lease is None:
         _key_taken(ctx, name, key)
-    return _call(ctx, name, key, fn, args, kwargs)
+    assert lease is not None
+    return _call(ctx, call, lease)
 
 
-def _call(
-    ctx: EffectScope,
-    name: str,
-    key: str,
-    fn: Callable[..., Any],
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any],
-) -> Any:
+@dataclass(frozen=True)
+class _Call:
+    name: str
+    key: str
+    fn: Callable[..., Any]
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+    fencing_token: bool
+
+
+def _call(ctx: EffectScope, call: _Call, lease: fencing.Lease) -> Any:
     """Call ``fn`` once its intent is durable; its outcome goes with the step's next write."""
+    name, key = call.name, call.key
     try:
-        receipt = fn(*args, idempotency_key=key, **kwargs)
+        fencing.check_margin(ctx, name, lease)
+    except LeaseMarginError as exc:
+        mark_outcome(ctx, key, EffectStatus.FAILED, error=str(exc))
+        raise
+    # The epoch goes with the call, so that a target can refuse a stale owner's late write.
+    token = {"fencing_token": ctx.epoch} if call.fencing_token else {}
+    try:
+        receipt = call.fn(*call.args, idempotency_key=key, **token, **call.kwargs)
     except BaseException as exc:
         # Whatever stopped fn, the ledger says so before anything else happens (a run never
         # suspends with its own effect unrecorded).
@@ -159,6 +180,8 @@ def _settle_unknown(
             ctx.count(EventKind.EFFECT_RECONCILED)
             return True, as_json(repair.receipt, "the repair receipt", ctx, name)
         return False, None
+    # An older owner's call may still be in flight: let it land before anyone looks.
+    stale_end = fencing.await_stale_owner(ctx, entry)
     verdict = UNKNOWN if reconcile is None else reconcile(key)
     if verdict is NOT_APPLIED:
         ctx.count(EventKind.EFFECT_RECONCILED)
@@ -174,7 +197,14 @@ def _settle_unknown(
             input=RepairResolution,
             authority=list(ctx.flow.operator_roles),
             expires_in=REPAIR_EXPIRES_IN,
-            evidence={"effect": name, "idempotency_key": key, "intent_epoch": entry.epoch},
+            evidence={
+                "effect": name,
+                "idempotency_key": key,
+                "intent_epoch": entry.epoch,
+                # The owner that left the intent; its call may land late (check the target).
+                "stale_epoch": entry.epoch,
+                "stale_lease_ended_at": stale_end and stale_end.isoformat(),
+            },
             reason=f"outcome of effect {name!r} is unknown and cannot be reconciled",
         )
     )
@@ -205,9 +235,11 @@ def _repair_for(ctx: EffectScope, name: str, entry: LedgerEntry) -> RepairResolu
 
 def _record_intent(
     ctx: EffectScope, name: str, key: str, request_hash: str, *, exists: bool
-) -> bool:
-    """Commit the intent (with any outcome still pending); False if a new key was taken."""
+) -> fencing.Lease | None:
+    """Commit the intent (with any outcome still pending) and renew the lease; None if a new
+    key was taken."""
     with transaction() as session:
+        lease = fencing.renew_for_call(session, ctx)
         if ctx.pending_outcomes:
             store.record_outcomes(
                 session, run_id=ctx.run_id, epoch=ctx.epoch, outcomes=ctx.pending_outcomes
@@ -223,9 +255,10 @@ def _record_intent(
             exists=exists,
         )
     ctx.pending_outcomes.clear()
-    if written:
-        _remember(ctx, key, name, EffectStatus.INTENT, None)
-    return written
+    if not written:
+        return None
+    _remember(ctx, key, name, EffectStatus.INTENT, None)
+    return lease
 
 
 def _key_taken(ctx: EffectScope, name: str, key: str) -> None:

@@ -42,7 +42,13 @@ def _requeue_expired(now: datetime, batch: int, max_claims: int) -> int:
     with transaction() as session:
         for run in store.expired_leases(session, now, batch):
             lost = run.lost_leases + 1
-            detail = {"epoch": run.lease_epoch, "owner": run.lease_owner, "lost_leases": lost}
+            detail = {
+                "epoch": run.lease_epoch,
+                "owner": run.lease_owner,
+                "lost_leases": lost,
+                # A later owner waits a grace from here before it settles this owner's effects.
+                "lease_expires_at": run.lease_expires_at and run.lease_expires_at.isoformat(),
+            }
             try:
                 # A savepoint: a lost compare-and-set must leave nothing of its own behind.
                 with session.begin_nested():

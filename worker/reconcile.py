@@ -6,6 +6,7 @@ import logging
 
 from models.enums import EffectStatus, EventKind
 from worker.effects import NOT_APPLIED, UNKNOWN, EffectScope, as_json, mark_outcome
+from worker.fencing import await_stale_owner
 
 log = logging.getLogger(__name__)
 
@@ -15,6 +16,7 @@ def settle_pending_effects(ctx: EffectScope) -> None:
 
     A receipt marks it applied; NOT_APPLIED marks it failed (so the step calls it again);
     UNKNOWN, or no reconciler, leaves it for the step, which raises a ``repair`` interrupt.
+    An intent of an older owner is looked at only once its lease expired plus the grace.
     """
     for key, entry in list(ctx.ledger().items()):
         if entry.status != EffectStatus.INTENT:
@@ -22,6 +24,8 @@ def settle_pending_effects(ctx: EffectScope) -> None:
         reconcile = ctx.flow.reconcilers.get(entry.name)
         if reconcile is None:
             continue
+        # An older owner's call may still be in flight: let it land before asking.
+        await_stale_owner(ctx, entry)
         verdict = reconcile(key)
         if verdict is UNKNOWN or verdict is None:
             continue

@@ -31,6 +31,7 @@ from models.errors import (
     FlowVersionError,
     InterludeError,
     InvalidInputError,
+    LeaseMarginError,
     StaleStateError,
     UnknownFlowError,
     UnknownStepError,
@@ -120,21 +121,24 @@ def _execute_step(claimed: Claimed, owner: str, *, may_chain: bool) -> Claimed |
         resolved=claimed.resolved,
         effects=claimed.ledger,
         resuming=claimed.resuming,
+        lease_seconds=_lease(claimed.step),
     )
     try:
         if run.pause_requested_by and PAUSE_INTERRUPT not in claimed.resolved:
             raise Suspend(_pause_decl(run, flow))
-        if claimed.resuming and claimed.ledger is not None:
-            # The claim read the ledger only because effects of the run are left in intent.
-            settle_pending_effects(ctx)
         with keeper.holding(run.id, run.lease_epoch, _lease(claimed.step), run.lease_expires_at):
+            # Inside the lease keeper: settling may wait out a stale owner's grace. The claim
+            # read the ledger only because effects of the run are left in intent.
+            if claimed.resuming and claimed.ledger is not None:
+                settle_pending_effects(ctx)
             next_step = claimed.step.fn(ctx)
         if next_step is not None:
             flow.get_step(next_step)
         ctx.state = _as_json_state(ctx)
     except Suspend as signal:
         _commit_suspend(claimed, ctx, signal.decl, owner)
-    except (FencedError, StaleStateError) as exc:
+    except (FencedError, StaleStateError, LeaseMarginError) as exc:
+        # (a lease too short to call an effect: the reaper hands the run on once it expires)
         _discard(run.id, exc)
     except Exception as exc:
         _commit_failure(claimed, ctx, exc, owner)

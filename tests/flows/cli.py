@@ -30,8 +30,8 @@ def document(path: str) -> dict[str, Any]:
     return {"document": Path(path).read_text(encoding="utf-8")}
 
 
-def book(amount: int, *, idempotency_key: str) -> dict[str, Any]:
-    return {"booked": amount, "key": idempotency_key}
+def book(amount: int, *, idempotency_key: str, fencing_token: int) -> dict[str, Any]:
+    return {"booked": amount, "key": idempotency_key, "epoch": fencing_token}
 
 
 @review.step()

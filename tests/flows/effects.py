@@ -51,8 +51,9 @@ def receipt_of(key: str) -> Any:
     return None if raw is None else json.loads(raw)
 
 
-def apply(run_id: str, amount: int, *, epoch: int, idempotency_key: str) -> dict[str, Any]:
+def apply(run_id: str, amount: int, *, idempotency_key: str, fencing_token: int) -> dict[str, Any]:
     """The outside write: count the call, then apply it unless the fencing token is stale."""
+    epoch = fencing_token
     r = outside()
     r.incr(f"calls:{run_id}")
     receipt = {"charged": amount, "key": idempotency_key, "epoch": epoch}
@@ -114,9 +115,11 @@ def _charge_fn(ctx: StepContext) -> Any:
     if not ctx.input.get("crash_in_fn"):
         return apply
 
-    def crash_then_apply(run_id: str, amount: int, *, epoch: int, idempotency_key: str) -> Any:
+    def crash_then_apply(
+        run_id: str, amount: int, *, idempotency_key: str, fencing_token: int
+    ) -> Any:
         crash_once(run_id, "in_fn")
-        return apply(run_id, amount, epoch=epoch, idempotency_key=idempotency_key)
+        return apply(run_id, amount, idempotency_key=idempotency_key, fencing_token=fencing_token)
 
     return crash_then_apply
 
@@ -128,7 +131,6 @@ def charge(ctx: StepContext) -> str:
         _charge_fn(ctx),
         ctx.run_id,
         int(ctx.input.get("amount", 1)),
-        epoch=ctx.epoch,
         reconcile=_verdict(ctx),
     )
     ctx.state["receipt"] = receipt
@@ -153,7 +155,7 @@ refusing = Flow("effect_refused", version=1)
 
 @refusing.step(retries=0)
 def decline(ctx: StepContext) -> None:
-    ctx.effect("charge", _refuse, ctx.run_id)
+    ctx.effect("charge", _refuse, ctx.run_id, pass_fencing_token=False)
     return None
 
 
@@ -170,7 +172,7 @@ before_wait = Flow("effect_then_interrupt", version=1)
 @before_wait.step()
 def charge_then_ask(ctx: StepContext) -> None:
     # The effect before the interrupt runs again when the step re-executes on resume.
-    ctx.state["receipt"] = ctx.effect("charge", apply, ctx.run_id, 5, epoch=ctx.epoch)
+    ctx.state["receipt"] = ctx.effect("charge", apply, ctx.run_id, 5)
     answer = ctx.interrupt(
         "confirm",
         kind="approval",
@@ -201,8 +203,8 @@ def slow_charge(ctx: StepContext) -> None:
         outside().set(f"stalled:{ctx.run_id}", os.getpid())
         wait_for_signal(release)
 
-    def charge_slowly(*, idempotency_key: str) -> dict[str, Any]:
-        receipt = apply(ctx.run_id, 1, epoch=ctx.epoch, idempotency_key=idempotency_key)
+    def charge_slowly(*, idempotency_key: str, fencing_token: int) -> dict[str, Any]:
+        receipt = apply(ctx.run_id, 1, idempotency_key=idempotency_key, fencing_token=fencing_token)
         if first and mode == "effect":
             stall()
             return {"late": True}
@@ -230,10 +232,10 @@ def _pay_happened(key: str) -> Any:
     return check_outside(key)
 
 
-def _pay(run_id: str, *, epoch: int, crash: str, idempotency_key: str) -> dict[str, Any]:
+def _pay(run_id: str, *, crash: str, idempotency_key: str, fencing_token: int) -> dict[str, Any]:
     if crash == "before_write":
         crash_once(run_id, crash)
-    receipt = apply(run_id, 1, epoch=epoch, idempotency_key=idempotency_key)
+    receipt = apply(run_id, 1, idempotency_key=idempotency_key, fencing_token=fencing_token)
     if crash == "after_write":
         crash_once(run_id, crash)
     return receipt
@@ -245,7 +247,7 @@ def pay(ctx: StepContext) -> str:
     # "pay" has a registered reconciler that can tell; "pay_blind" has none, so unknown
     # outcomes become repair interrupts.
     name = "pay_blind" if ctx.input.get("blind") else "pay"
-    ctx.state["receipt"] = ctx.effect(name, _pay, ctx.run_id, epoch=ctx.epoch, crash=crash)
+    ctx.state["receipt"] = ctx.effect(name, _pay, ctx.run_id, crash=crash)
     if crash == "after_applied":
         crash_once(ctx.run_id, crash)
     return "confirm"
@@ -272,7 +274,7 @@ def one(ctx: StepContext) -> str:
 @steady.step()
 def two(ctx: StepContext) -> str:
     time.sleep(float(ctx.input.get("sleep", 0)))
-    ctx.state["receipt"] = ctx.effect("charge", apply, ctx.run_id, 1, epoch=ctx.epoch)
+    ctx.state["receipt"] = ctx.effect("charge", apply, ctx.run_id, 1)
     ctx.state["trail"].append("two")
     return "three"
 
@@ -281,4 +283,64 @@ def two(ctx: StepContext) -> str:
 def three(ctx: StepContext) -> None:
     time.sleep(float(ctx.input.get("sleep", 0)))
     ctx.state["trail"].append("three")
+    return None
+
+
+# --- a worker frozen inside an effect's function (a zombie) ---------------------------------
+
+zombie = Flow("zombie_effect", version=1)
+
+
+def ship_calls(run_id: str) -> list[int]:
+    """The fencing token of every call of ``_ship`` for the run, in the order they began."""
+    return [int(token) for token in outside().lrange(f"ship_calls:{run_id}", 0, -1)]
+
+
+def landed(run_id: str) -> int:
+    """How many calls reached the idempotent target (absorbed ones included)."""
+    return int(outside().get(f"landed:{run_id}") or 0)
+
+
+def _ship(run_id: str, *, idempotency_key: str, fencing_token: int) -> Any:
+    """An idempotent target: the first write per key wins and later ones return its receipt.
+
+    The first call of a run stops before it writes, so that the test can freeze its process.
+    """
+    outside().rpush(f"ship_calls:{run_id}", fencing_token)
+    if first_time(run_id, "ship"):
+        outside().set(f"stalled:{run_id}", os.getpid())
+        wait_for_signal(f"release:{run_id}", timeout=300)
+    return _write_once(run_id, idempotency_key, fencing_token)
+
+
+def _ship_now(run_id: str, *, idempotency_key: str, fencing_token: int) -> Any:
+    outside().rpush(f"ship_calls:{run_id}", fencing_token)
+    return _write_once(run_id, idempotency_key, fencing_token)
+
+
+def _write_once(run_id: str, key: str, token: int) -> Any:
+    r = outside()
+    r.incr(f"landed:{run_id}")
+    if r.set(f"receipt:{key}", json.dumps({"shipped": key, "epoch": token}), nx=True):
+        r.incr(f"applied:{run_id}")
+    return receipt_of(key)
+
+
+@zombie.reconciler("ship")
+def _was_shipped(key: str) -> Any:
+    return check_outside(key)
+
+
+@zombie.step(lease_seconds=2, retries=0)
+def ship(ctx: StepContext) -> None:
+    # "ship" has a reconciler; "ship_blind" has none, so its unknown outcome is a repair.
+    name = "ship_blind" if ctx.input.get("blind") else "ship"
+    if ctx.input.get("hold"):
+        # The test holds the database here, so that the intent's lease renewal is late.
+        if first_time(ctx.run_id, "hold"):
+            outside().set(f"holding:{ctx.run_id}", os.getpid())
+            wait_for_signal(f"go:{ctx.run_id}")
+        ctx.state["receipt"] = ctx.effect(name, _ship_now, ctx.run_id)
+        return None
+    ctx.state["receipt"] = ctx.effect(name, _ship, ctx.run_id)
     return None

@@ -79,7 +79,7 @@ def hold(ctx: StepContext) -> None:
     while not r.exists(f"held:release:{ctx.run_id}") and time.monotonic() < deadline:
         time.sleep(0.05)
     if ctx.input.get("effect"):
-        ctx.effect("charge", _charge, ctx.run_id)
+        ctx.effect("charge", _charge, ctx.run_id, pass_fencing_token=False)
     ctx.state["held"] = True
     return None
 

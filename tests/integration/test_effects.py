@@ -196,7 +196,18 @@ def test_unknown_outcome_raises_a_repair_that_an_operator_settles(
     [repair] = list_interrupts(run_id=run_id, status="pending")
     key = f"{run_id}:0:charge:charge"
     assert (repair.kind, repair.name, repair.roles) == ("repair", "repair:charge", ["operator"])
-    assert repair.evidence == {"effect": "charge", "idempotency_key": key, "intent_epoch": 1}
+    with transaction(readonly=True) as session:
+        [requeue] = session.execute(
+            select(Event.detail).where(Event.run_id == run_id, Event.trigger == "requeue")
+        ).scalars()
+    assert repair.evidence == {
+        "effect": "charge",
+        "idempotency_key": key,
+        "intent_epoch": 1,
+        # the dead owner's epoch, and when the reaper saw its lease expired
+        "stale_epoch": 1,
+        "stale_lease_ended_at": requeue["lease_expires_at"],
+    }
     assert "charge" in repair.reason
     assert _counter(run_id, "repair_raised") == 1
     assert calls(run_id) == 0

@@ -1,0 +1,39 @@
+"""When an old owner's lease ended, for a later owner that finds its effect unsettled.
+
+The later owner waits out a grace from that moment before it believes any answer about the
+old owner's call (``worker.fencing``).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from models.enums import EventKind
+from models.tables import Event
+
+
+def stale_lease_end(session: Session, run_id: str, epoch: int) -> datetime | None:
+    """When the lease of ``epoch`` ended at the latest, from the run's audit trail.
+
+    The reaper's requeue of that epoch names the expiry it saw (older trails: the requeue
+    itself); failing that, the claim of the next epoch, which could only follow the end of the
+    old lease. None if the trail shows neither (the epoch is still current).
+    """
+    rows = session.execute(
+        select(Event.trigger, Event.at, Event.detail)
+        .where(Event.run_id == run_id, Event.trigger.in_((EventKind.REQUEUE, EventKind.CLAIM)))
+        .order_by(Event.id)
+    ).all()
+    ends: list[datetime] = []
+    for trigger, at, detail in rows:
+        detail = detail if isinstance(detail, dict) else {}
+        if trigger == EventKind.REQUEUE and detail.get("epoch") == epoch:
+            seen = detail.get("lease_expires_at")
+            return datetime.fromisoformat(seen) if isinstance(seen, str) else at
+        later = isinstance(detail.get("epoch"), int) and detail["epoch"] > epoch
+        if trigger == EventKind.CLAIM and later:
+            ends.append(at)
+    return ends[0] if ends else None
