@@ -48,6 +48,23 @@ def _take_over(run_id: str) -> None:
     assert reap() >= 1
 
 
+class _Both:
+    """The workers of a test, read as one log."""
+
+    def __init__(self, *workers: WorkerProcess) -> None:
+        self.workers = workers
+
+    def output(self) -> str:
+        return "".join(worker.output() for worker in self.workers)
+
+
+def _two_workers(start: Callable[..., WorkerProcess]) -> _Both:
+    """Two one-slot workers: whichever takes the first call, the other takes the run over."""
+    first = start("-c", "1", **ENV)
+    second = start("-c", "1", **ENV)
+    return _Both(first, second)
+
+
 def _finished(run_id: str) -> bool:
     return get_run(run_id).state in {"succeeded", "failed", "cancelled", "expired"}
 
@@ -64,7 +81,7 @@ def _thaw(run_id: str, pid: int) -> None:
     os.kill(pid, signal.SIGCONT)
 
 
-def _assert_applied_once_by_the_new_owner(run_id: str, worker: WorkerProcess) -> None:
+def _assert_applied_once_by_the_new_owner(run_id: str, worker: _Both) -> None:
     # The zombie's call reached the target too, and the target absorbed it...
     wait_for(lambda: landed(run_id) == 2, timeout=30)
     assert applied(run_id) == 1
@@ -82,7 +99,7 @@ def _assert_applied_once_by_the_new_owner(run_id: str, worker: WorkerProcess) ->
 def test_zombie_call_lands_once_at_an_idempotent_target_and_never_in_the_ledger(
     db: str, start_worker: Callable[..., WorkerProcess]
 ) -> None:
-    worker = start_worker("-c", "2", **ENV)
+    worker = _two_workers(start_worker)
     # Given a worker frozen inside the effect's function, before its write, past its lease
     run_id = enqueue_run("zombie_effect", {})
     pid = _freeze(run_id)
@@ -131,7 +148,7 @@ def test_repair_of_a_zombie_intent_waits_out_the_grace_and_names_the_stale_epoch
     db: str, start_worker: Callable[..., WorkerProcess]
 ) -> None:
     credential = add_actor("night-operator", ["operator"])
-    worker = start_worker("-c", "2", **ENV)
+    worker = _two_workers(start_worker)
     # Given a frozen worker inside an effect that no reconciler can look up
     run_id = enqueue_run("zombie_effect", {"blind": True})
     pid = _freeze(run_id)
@@ -175,7 +192,7 @@ def _hold_database(run_id: str, seconds: float) -> None:
 def test_no_call_when_the_lease_has_no_margin_left(
     db: str, start_worker: Callable[..., WorkerProcess]
 ) -> None:
-    worker = start_worker("-c", "2", **ENV)
+    worker = _two_workers(start_worker)
     # Given a step about to call an effect, whose lease renewal is held up by the database
     # for longer than its two-second lease minus the margin
     run_id = enqueue_run("zombie_effect", {"hold": True})
