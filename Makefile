@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test lint install clean bench
+.PHONY: demo test lint install clean bench chaos
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -29,6 +29,13 @@ test: lint
 bench: $(BIN)/.installed
 	@test -n "$(RIVALS_PYTHON)" || { echo "set RIVALS_PYTHON=/path/to/venv/bin/python"; exit 2; }
 	$(BIN)/python -m bench.compare --rivals-python $(RIVALS_PYTHON)
+
+# The chaos run (README, "Reliability"): make chaos MINUTES=12 SEED=7 [BROKER=rabbitmq]
+MINUTES ?= 2
+SEED ?= 1
+BROKER ?= redis
+chaos: $(BIN)/.installed
+	$(BIN)/python -m bench.chaos --minutes $(MINUTES) --seed $(SEED) --broker $(BROKER)
 
 clean:
 	rm -rf $(VENV) .interlude *.egg-info

@@ -1,4 +1,4 @@
-"""A private Redis and a private PostgreSQL cluster that a test may stop and restart.
+"""A private Redis, PostgreSQL cluster and RabbitMQ node that a test may stop and restart.
 
 The machine's shared servers are never touched: outage tests start their own on free ports,
 in their own directories, and remove them afterwards.
@@ -147,4 +147,103 @@ class PrivatePostgres:
     def remove(self) -> None:
         if (self.data / "postmaster.pid").exists():
             self._ctl("stop", "-m", "immediate")
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+
+def _rabbit_bin(name: str) -> str:
+    path = shutil.which(name) or shutil.which(name, path="/usr/sbin:/usr/lib/rabbitmq/bin")
+    if path is None:
+        unavailable("RabbitMQ", FileNotFoundError(name))
+    return str(path)
+
+
+class PrivateRabbit:
+    """A RabbitMQ node of our own: its own name, ports, database, logs and configuration.
+
+    Started with ``rabbitmq-server -detached`` (as the ``rabbitmq`` user when we are root, by
+    the distribution's wrapper) and stopped with ``rabbitmqctl stop``; the machine's own node
+    is never touched. Queues are durable, so a restart keeps the messages it held.
+    """
+
+    def __init__(self) -> None:
+        self.port = free_port()
+        self.dist_port = free_port()
+        self.node = f"interlude-{self.port}@localhost"
+        self.directory = Path(tempfile.mkdtemp(prefix="interlude-rabbit-"))
+        self.running = False
+
+    def url(self) -> str:
+        return f"amqp://guest:guest@127.0.0.1:{self.port}//"
+
+    def _env(self) -> dict[str, str]:
+        d = self.directory
+        return {
+            **os.environ,
+            "RABBITMQ_NODENAME": self.node,
+            "RABBITMQ_NODE_IP_ADDRESS": "127.0.0.1",
+            "RABBITMQ_NODE_PORT": str(self.port),
+            "RABBITMQ_DIST_PORT": str(self.dist_port),
+            "RABBITMQ_MNESIA_BASE": str(d / "mnesia"),
+            "RABBITMQ_LOG_BASE": str(d / "log"),
+            "RABBITMQ_PID_FILE": str(d / "node.pid"),
+            # Our own files: the machine's configuration names the shared node's port and
+            # plugins (the management plugin would want the shared node's HTTP port).
+            "RABBITMQ_CONFIG_FILE": str(d / "rabbitmq.conf"),
+            "RABBITMQ_ENABLED_PLUGINS_FILE": str(d / "enabled_plugins"),
+        }
+
+    def _ctl(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[bytes]:
+        return subprocess.run(
+            [_rabbit_bin("rabbitmqctl"), "-n", self.node, *args],
+            env=self._env(),
+            capture_output=True,
+            timeout=timeout,
+            cwd=self.directory,
+        )
+
+    def start(self) -> PrivateRabbit:
+        d = self.directory
+        try:
+            if not (d / "rabbitmq.conf").exists():
+                self._prepare()
+            subprocess.run(
+                [_rabbit_bin("rabbitmq-server"), "-detached"],
+                env=self._env(),
+                capture_output=True,
+                timeout=60,
+                cwd=d,
+                check=True,
+            )
+        except (OSError, subprocess.SubprocessError, LookupError) as exc:
+            unavailable("a private RabbitMQ node", exc)
+        self.running = True
+        # -detached returns at once; the node registers with epmd a little later.
+        deadline = time.monotonic() + 180
+        while True:
+            done = self._ctl("await_startup", "--timeout", "60")
+            if done.returncode == 0:
+                return self
+            if time.monotonic() > deadline:
+                self.remove()
+                unavailable("a private RabbitMQ node", RuntimeError(done.stderr.decode()[-500:]))
+            time.sleep(1)
+
+    def _prepare(self) -> None:
+        d = self.directory
+        (d / "mnesia").mkdir()
+        (d / "log").mkdir()
+        (d / "rabbitmq.conf").write_text(f"listeners.tcp.1 = 127.0.0.1:{self.port}\n")
+        (d / "enabled_plugins").write_text("[].\n")
+        if os.geteuid() == 0:  # the wrapper runs the node as the rabbitmq user
+            for path in [d, *d.rglob("*")]:
+                shutil.chown(path, "rabbitmq", "rabbitmq")
+
+    def stop(self) -> None:
+        """Stop the node and wait until its process has exited."""
+        if self.running:
+            self._ctl("stop", str(self.directory / "node.pid"))
+            self.running = False
+
+    def remove(self) -> None:
+        self.stop()
         shutil.rmtree(self.directory, ignore_errors=True)

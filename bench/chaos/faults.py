@@ -1,0 +1,150 @@
+"""The faults a chaos run injects, one at a time, every 5 to 20 s at random (seeded).
+
+Each fault notes when it began and which runs were in flight then (queued, running or
+resuming): its recovery time is how long those runs took to move again (see ``report``).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import signal
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from sqlalchemy import Engine, select
+
+from bench.chaos.cluster import Cluster
+from models.db import utcnow
+from models.tables import Run
+
+log = logging.getLogger("bench.chaos")
+
+KINDS = (
+    "kill_worker",
+    "kill_child",
+    "stop_worker",
+    "stop_child",
+    "broker_restart",
+    "postgres_restart",
+    "beat_restart",
+)
+INTERVAL = (5.0, 20.0)
+FREEZE = (8.0, 14.0)
+IN_FLIGHT = ("queued", "running", "resuming")
+
+
+@dataclass
+class Fault:
+    kind: str
+    at: datetime
+    in_flight: list[str]
+    detail: str = ""
+    ended: datetime | None = None
+
+
+@dataclass
+class Injector:
+    cluster: Cluster
+    engine: Engine
+    rng: random.Random
+    faults: list[Fault] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+    def run(self, until: float, stop: threading.Event) -> None:
+        """Inject faults until the monotonic time ``until`` (or ``stop`` is set)."""
+        while not stop.wait(self.rng.uniform(*INTERVAL)) and time.monotonic() < until:
+            kind = self.rng.choice(KINDS)
+            fault = Fault(kind, utcnow(), self._in_flight())
+            try:
+                fault.detail = self._inject(kind)
+            except Exception as exc:  # a fault that could not be injected is reported
+                self.errors.append(f"{kind}: {type(exc).__name__}: {exc}")
+                continue
+            fault.ended = utcnow()
+            self.faults.append(fault)
+            log.info("fault %s %s (%d runs in flight)", kind, fault.detail, len(fault.in_flight))
+
+    def _in_flight(self) -> list[str]:
+        for _ in range(50):
+            try:
+                with self.engine.connect() as conn:
+                    return list(
+                        conn.execute(select(Run.id).where(Run.state.in_(IN_FLIGHT))).scalars()
+                    )
+            except Exception:
+                time.sleep(0.2)
+        return []
+
+    def _inject(self, kind: str) -> str:
+        actions: dict[str, Callable[[], str]] = {
+            "kill_worker": self._kill_worker,
+            "kill_child": lambda: self._signal_child(signal.SIGKILL),
+            "stop_worker": self._stop_worker,
+            "stop_child": self._stop_child,
+            "broker_restart": self._restart_broker,
+            "postgres_restart": self._restart_postgres,
+            "beat_restart": self._restart_beat,
+        }
+        return actions[kind]()
+
+    def _pick_worker(self) -> int:
+        return self.rng.randrange(len(self.cluster.workers))
+
+    def _kill_worker(self) -> str:
+        index = self._pick_worker()
+        old = self.cluster.workers[index]
+        old.kill()
+        # A supervisor (systemd, Kubernetes) would start another one.
+        self.cluster.workers[index] = self.cluster.new_worker()
+        return f"pid {old.pid}"
+
+    def _signal_child(self, sig: signal.Signals) -> str:
+        worker = self.cluster.workers[self._pick_worker()]
+        children = self.cluster.children(worker)
+        if not children:
+            raise RuntimeError(f"worker {worker.pid} has no pool children")
+        pid = self.rng.choice(children)
+        os.kill(pid, sig)
+        return f"pid {pid}"
+
+    def _frozen(self, pids: list[int], thaw: Callable[[], None]) -> str:
+        seconds = self.rng.uniform(*FREEZE)
+        self.cluster.stopped.update(pids)
+        time.sleep(seconds)
+        thaw()
+        self.cluster.stopped.difference_update(pids)
+        return f"{seconds:.1f}s"
+
+    def _stop_worker(self) -> str:
+        worker = self.cluster.workers[self._pick_worker()]
+        pids = [worker.pid, *self.cluster.children(worker)]
+        self.cluster.signal_group(worker, signal.SIGSTOP)
+        return f"pid {worker.pid} " + self._frozen(
+            pids, lambda: self.cluster.signal_group(worker, signal.SIGCONT)
+        )
+
+    def _stop_child(self) -> str:
+        detail = self._signal_child(signal.SIGSTOP)
+        pid = int(detail.split()[-1])
+        return f"{detail} " + self._frozen([pid], lambda: os.kill(pid, signal.SIGCONT))
+
+    def _restart_broker(self) -> str:
+        self.cluster.broker.stop()
+        self.cluster.broker.start()
+        return ""
+
+    def _restart_postgres(self) -> str:
+        self.cluster.postgres.stop()  # pg_ctl stop -m fast
+        self.cluster.postgres.start()
+        return ""
+
+    def _restart_beat(self) -> str:
+        assert self.cluster.beat is not None
+        self.cluster.beat.stop()
+        self.cluster.start_beat()
+        return ""
