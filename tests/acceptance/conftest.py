@@ -1,13 +1,17 @@
 """Acceptance tests run real processes (``celery worker`` / ``beat``, ``interlude serve``):
-all of them are marked ``slow``. Fixtures for the suites that need an ``interlude serve``."""
+all of them are marked ``slow``. Fixtures for the suites that need an ``interlude serve``, and
+the broker each broker-sensitive test runs on (``brokers.py``)."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.acceptance.brokers import BROKERS, publishing_to, rabbit_for
+from tests.acceptance.private_services import PrivateRabbit
 from tests.conftest import worker_env
 from tests.webserver import WebServer
 
@@ -54,3 +58,21 @@ def start_web_server(database_url: str, logs_dir: Path) -> Iterator[Callable[...
     yield start
     for server in started:
         server.stop()
+
+
+@pytest.fixture(scope="session")
+def rabbit_node() -> Iterator[PrivateRabbit]:
+    node = PrivateRabbit().start()
+    yield node
+    node.remove()
+
+
+@pytest.fixture(params=BROKERS)
+def broker(request: pytest.FixtureRequest) -> Iterator[str]:
+    """The broker URL this test's processes use (pass it as INTERLUDE_BROKER_URL)."""
+    if request.param == "redis":
+        yield os.environ["INTERLUDE_BROKER_URL"]
+        return
+    node = rabbit_for(request)
+    with publishing_to(node.url()):
+        yield node.url()

@@ -1,8 +1,9 @@
-"""Redis stopped and PostgreSQL restarted under 100 runs: every run finishes, once.
+"""The broker stopped and PostgreSQL restarted under 100 runs: every run finishes, once.
 
-Both outages hit private servers started for the test (never the machine's shared ones).
-Redis runs without persistence, so its restart loses every message it held: the runs rows
-are the outbox and our reaper republishes what was lost.
+Both outages hit private servers started for the test (never the machine's shared ones), and
+each test runs with Redis and with RabbitMQ as the broker. Redis runs without persistence, so
+its restart loses every message it held: the runs rows are the outbox and our reaper
+republishes what was lost. RabbitMQ keeps its durable queues across the restart.
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ from sqlalchemy import Engine, create_engine, func, select
 
 from models.migrate import upgrade
 from models.tables import Checkpoint, Effect, Event, Run
-from tests.acceptance.private_services import PrivatePostgres, PrivateRedis
+from tests.acceptance.brokers import BROKERS, rabbit_for
+from tests.acceptance.private_services import PrivatePostgres, PrivateRabbit, PrivateRedis
 from tests.flows.effects import applied
 from tests.services import ROOT, WorkerProcess, wait_for
 
@@ -34,8 +36,17 @@ RECOVERY_ENV = {
 }
 
 
-@pytest.fixture()
-def private_redis(tmp_path: Path) -> Iterator[PrivateRedis]:
+@pytest.fixture(params=BROKERS)
+def private_broker(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> Iterator[PrivateRedis | PrivateRabbit]:
+    """A broker of this test's own, which it may stop: a Redis, or the session's RabbitMQ node."""
+    if request.param == "rabbitmq":
+        node = rabbit_for(request)
+        yield node
+        if not node.running:  # the test stopped it mid-way and failed before restarting it
+            node.start()
+        return
     server = PrivateRedis(tmp_path).start()
     yield server
     server.stop()
@@ -123,20 +134,20 @@ def _outage_mid_way(
     assert done_at_outage < RUNS, "every run finished before the outage"
 
 
-def test_redis_stopped_mid_way_through_100_runs(
+def test_broker_stopped_mid_way_through_100_runs(
     db: str,
     start_worker: Callable[..., WorkerProcess],
-    private_redis: PrivateRedis,
+    private_broker: PrivateRedis | PrivateRabbit,
     tmp_path: Path,
 ) -> None:
-    env = {"INTERLUDE_BROKER_URL": private_redis.url(), **RECOVERY_ENV}
+    env = {"INTERLUDE_BROKER_URL": private_broker.url(), **RECOVERY_ENV}
     start_worker("-c", "2", **env)
     start_worker("-s", str(tmp_path / "beat-schedule"), kind="beat", **env)
     run_ids = _enqueue(dict(os.environ, **env), RUNS)
     engine = create_engine(db)
     try:
-        # When Redis disappears for a few seconds while the runs are part-way through
-        _outage_mid_way(engine, run_ids, private_redis.stop, private_redis.start)
+        # When the broker disappears for a few seconds while the runs are part-way through
+        _outage_mid_way(engine, run_ids, private_broker.stop, private_broker.start)
         # Then every run finishes, none lost and none done twice
         wait_for(lambda: _succeeded(engine, run_ids) == RUNS, timeout=120, interval=0.5)
         _assert_each_run_finished_once(engine, run_ids)
@@ -145,7 +156,7 @@ def test_redis_stopped_mid_way_through_100_runs(
 
 
 def test_postgresql_restarted_mid_way_through_100_runs(
-    logs_dir: Path, private_redis: PrivateRedis, tmp_path: Path
+    logs_dir: Path, private_broker: PrivateRedis | PrivateRabbit, tmp_path: Path
 ) -> None:
     server = PrivatePostgres().init()
     workers: list[WorkerProcess] = []
@@ -155,7 +166,7 @@ def test_postgresql_restarted_mid_way_through_100_runs(
         env = dict(
             os.environ,
             INTERLUDE_DATABASE_URL=server.url,
-            INTERLUDE_BROKER_URL=private_redis.url(),
+            INTERLUDE_BROKER_URL=private_broker.url(),
             **RECOVERY_ENV,
         )
         workers.append(WorkerProcess(env, logs_dir, "-c", "2").start())

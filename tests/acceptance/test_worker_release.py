@@ -11,6 +11,7 @@ from sqlalchemy import func, select
 
 from models.db import transaction
 from models.tables import Event, Run
+from tests.acceptance.brokers import queued_messages
 from tests.conftest import REDIS_DB
 from tests.resumes import contract_for, wait_finished, wait_pending
 from tests.services import WorkerProcess, redis_client, wait_for
@@ -63,8 +64,14 @@ def _inspect(node: str, what: str) -> Any:
     return replies[node]
 
 
-def _queued_messages() -> dict[str, int]:
-    """Messages sitting in the broker: the run queues (every priority list) and kombu's unacked."""
+def _queued_messages(broker: str) -> dict[str, int]:
+    """Messages sitting in the broker: the run queues (every priority list) and kombu's unacked.
+
+    On RabbitMQ, the ready messages of the run queues (unacknowledged deliveries are the
+    worker's, and the worker reports them as reserved).
+    """
+    if broker.startswith("amqp://"):
+        return queued_messages(broker)
     redis = redis_client(REDIS_DB)
     counts: dict[str, int] = {}
     for key in redis.scan_iter("interlude.*"):
@@ -76,10 +83,10 @@ def _queued_messages() -> dict[str, int]:
 
 
 def test_fifty_waiting_runs_hold_no_worker_slot(
-    db: str, start_worker: Callable[..., WorkerProcess]
+    db: str, start_worker: Callable[..., WorkerProcess], broker: str
 ) -> None:
     # Given one worker process with a single pool slot, answering the remote control API
-    worker = start_worker("-c", "1")
+    worker = start_worker("-c", "1", INTERLUDE_BROKER_URL=broker)
     node = _node(worker)
     assert _inspect(node, "ping") == {"ok": "pong"}
     pool = _inspect(node, "stats")["pool"]
@@ -94,7 +101,7 @@ def test_fifty_waiting_runs_hold_no_worker_slot(
         wait_for(lambda: _inspect(node, "active") == [], timeout=10)
         assert _inspect(node, "reserved") == []
         assert _inspect(node, "scheduled") == []
-        assert set(_queued_messages().values()) == {0}, _queued_messages()
+        assert set(_queued_messages(broker).values()) == {0}, _queued_messages(broker)
         assert len(list_interrupts(status="pending", kind="approval")) == WAITING_RUNS
         # When a run of another flow is started, Then it completes at once on that same slot
         quick = enqueue_run("quick", {})
