@@ -1,6 +1,6 @@
 """Brokers for the broker-sensitive acceptance tests: the session's Redis, or RabbitMQ.
 
-A test that takes the ``broker`` fixture (``conftest.py``) runs once per broker. The RabbitMQ
+A test that takes the ``broker_url`` fixture (``conftest.py``) runs once per broker. The RabbitMQ
 variant runs on a private node started once for the session (never the machine's own), and
 only on PostgreSQL: the database backends are covered by the Redis variant, and each RabbitMQ
 variant costs minutes.

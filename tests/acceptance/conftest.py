@@ -68,8 +68,9 @@ def rabbit_node() -> Iterator[PrivateRabbit]:
 
 
 @pytest.fixture(params=BROKERS)
-def broker(request: pytest.FixtureRequest) -> Iterator[str]:
-    """The broker URL this test's processes use (pass it as INTERLUDE_BROKER_URL)."""
+def broker_url(request: pytest.FixtureRequest, broker: str) -> Iterator[str]:
+    """The broker this test's processes use (pass it as INTERLUDE_BROKER_URL): the session's
+    Redis (emptied by ``broker``), or the private RabbitMQ node with empty queues."""
     if request.param == "redis":
         yield os.environ["INTERLUDE_BROKER_URL"]
         return

@@ -3,7 +3,7 @@
 Each run's worker process is killed the first time the run reaches the crash point (a pool
 child killing itself, as the OOM killer would); the real ``celery beat`` schedules our reaper
 every half second, which requeues the run once its two-second lease has expired, and another
-process finishes it. Each test runs on Redis and on RabbitMQ (``broker``).
+process finishes it. Each test runs on Redis and on RabbitMQ (``broker_url``).
 """
 
 from __future__ import annotations
@@ -66,10 +66,10 @@ def _crashed(run_id: str, point: str) -> bool:
 
 
 def test_killed_at_every_point_of_an_effect_applies_it_exactly_once(
-    db: str, start_worker: Callable[..., WorkerProcess], tmp_path: Path, broker: str
+    db: str, start_worker: Callable[..., WorkerProcess], tmp_path: Path, broker_url: str
 ) -> None:
     # Given two workers, beat running the reaper, and 20 runs for each crash point
-    _start_cluster(start_worker, tmp_path, broker)
+    _start_cluster(start_worker, tmp_path, broker_url)
     runs = {
         point: [enqueue_run("effect_crash", {"crash": point}) for _ in range(RUNS_PER_CASE)]
         for point in CRASH_POINTS
@@ -123,10 +123,10 @@ def _resolve(interrupt: Any, credential: str, finding: dict[str, Any]) -> bool:
 
 
 def test_killed_effect_that_cannot_be_reconciled_becomes_a_repair_for_an_operator(
-    db: str, start_worker: Callable[..., WorkerProcess], tmp_path: Path, broker: str
+    db: str, start_worker: Callable[..., WorkerProcess], tmp_path: Path, broker_url: str
 ) -> None:
     credential = add_actor("night-operator", ["operator"])
-    _start_cluster(start_worker, tmp_path, broker)
+    _start_cluster(start_worker, tmp_path, broker_url)
     # Given runs whose effect has no way to find out whether it happened, killed inside it
     # before (half of them) or after (the other half) the outside write
     points = {

@@ -83,10 +83,10 @@ def _queued_messages(broker: str) -> dict[str, int]:
 
 
 def test_fifty_waiting_runs_hold_no_worker_slot(
-    db: str, start_worker: Callable[..., WorkerProcess], broker: str
+    db: str, start_worker: Callable[..., WorkerProcess], broker_url: str
 ) -> None:
     # Given one worker process with a single pool slot, answering the remote control API
-    worker = start_worker("-c", "1", INTERLUDE_BROKER_URL=broker)
+    worker = start_worker("-c", "1", INTERLUDE_BROKER_URL=broker_url)
     node = _node(worker)
     assert _inspect(node, "ping") == {"ok": "pong"}
     pool = _inspect(node, "stats")["pool"]
@@ -101,7 +101,7 @@ def test_fifty_waiting_runs_hold_no_worker_slot(
         wait_for(lambda: _inspect(node, "active") == [], timeout=10)
         assert _inspect(node, "reserved") == []
         assert _inspect(node, "scheduled") == []
-        assert set(_queued_messages(broker).values()) == {0}, _queued_messages(broker)
+        assert set(_queued_messages(broker_url).values()) == {0}, _queued_messages(broker_url)
         assert len(list_interrupts(status="pending", kind="approval")) == WAITING_RUNS
         # When a run of another flow is started, Then it completes at once on that same slot
         quick = enqueue_run("quick", {})
