@@ -16,11 +16,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from sqlalchemy import Engine, select
+from sqlalchemy import Engine, func, select
 
 from bench.chaos.cluster import Cluster
 from models.db import utcnow
-from models.tables import Run
+from models.tables import Event, Run
 
 log = logging.getLogger("bench.chaos")
 
@@ -42,7 +42,9 @@ IN_FLIGHT = ("queued", "running", "resuming")
 class Fault:
     kind: str
     at: datetime
-    in_flight: list[str]
+    # Runs queued, running or resuming when the fault began, each with the id of its last
+    # audit event then: "moved again" means a later event, whatever clock stamped it.
+    in_flight: dict[str, int]
     detail: str = ""
     ended: datetime | None = None
 
@@ -69,16 +71,20 @@ class Injector:
             self.faults.append(fault)
             log.info("fault %s %s (%d runs in flight)", kind, fault.detail, len(fault.in_flight))
 
-    def _in_flight(self) -> list[str]:
+    def _in_flight(self) -> dict[str, int]:
+        query = (
+            select(Run.id, func.max(Event.id))
+            .join(Event, Event.run_id == Run.id)
+            .where(Run.state.in_(IN_FLIGHT))
+            .group_by(Run.id)
+        )
         for _ in range(50):
             try:
                 with self.engine.connect() as conn:
-                    return list(
-                        conn.execute(select(Run.id).where(Run.state.in_(IN_FLIGHT))).scalars()
-                    )
+                    return {run_id: int(last) for run_id, last in conn.execute(query)}
             except Exception:
                 time.sleep(0.2)
-        return []
+        return {}
 
     def _inject(self, kind: str) -> str:
         actions: dict[str, Callable[[], str]] = {

@@ -89,12 +89,12 @@ def examine(engine: Engine, traffic: Traffic, faults: list[Fault]) -> Findings:
         ).scalars()
         found.double_accepts = sorted({str(i) for i in doubles})
         progress: dict[str, list[Any]] = defaultdict(list)
-        for run_id, at in conn.execute(
-            select(Event.run_id, Event.at)
+        for run_id, event_id, at in conn.execute(
+            select(Event.run_id, Event.id, Event.at)
             .where(Event.run_id.in_(run_ids), Event.trigger.in_(PROGRESS))
-            .order_by(Event.at)
+            .order_by(Event.id)
         ):
-            progress[run_id].append(at)
+            progress[run_id].append((event_id, at))
     found.double_accepts += sorted(i for i, n in traffic.accepted_seen.items() if n > 1)
     for key, run_id in traffic.started.items():
         if run_id not in states:
@@ -148,12 +148,13 @@ def _recovery(found: Findings, fault: Fault, progress: dict[str, list[Any]]) -> 
         found.quiet += 1
         return
     worst = 0.0
-    for run_id in fault.in_flight:
-        later = [at for at in progress.get(run_id, []) if at > fault.at]
+    for run_id, seen in fault.in_flight.items():
+        later = [at for event_id, at in progress.get(run_id, []) if event_id > seen]
         if not later:
             found.unrecovered.append(f"{fault.kind} at {fault.at.isoformat()}: {run_id}")
             return
-        worst = max(worst, (later[0] - fault.at).total_seconds())
+        # (a commit stamped just before the fault but visible only after it counts as 0)
+        worst = max(worst, (later[0] - fault.at).total_seconds(), 0.0)
     found.recovery[fault.kind].append(worst)
 
 
