@@ -67,13 +67,29 @@ def rabbit_node() -> Iterator[PrivateRabbit]:
     node.remove()
 
 
-@pytest.fixture(params=BROKERS)
-def broker_url(request: pytest.FixtureRequest, broker: str) -> Iterator[str]:
-    """The broker this test's processes use (pass it as INTERLUDE_BROKER_URL): the session's
-    Redis (emptied by ``broker``), or the private RabbitMQ node with empty queues."""
-    if request.param == "redis":
+# Modules whose every test with a database runs once per broker (test_outages stops its
+# brokers, and has its own fixture for that).
+BROKER_SENSITIVE = {"tests.acceptance.test_effect_crashes", "tests.acceptance.test_worker_release"}
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if metafunc.module.__name__ in BROKER_SENSITIVE and "db" in metafunc.fixturenames:
+        if "broker_url" not in metafunc.fixturenames:
+            metafunc.fixturenames.append("broker_url")
+        metafunc.parametrize("broker_url", BROKERS, indirect=True)
+
+
+@pytest.fixture()
+def broker_url(
+    request: pytest.FixtureRequest, broker: str, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[str]:
+    """The broker this test's processes use: the session's Redis (emptied by ``broker``), or
+    the private RabbitMQ node with empty queues. Workers started by the test inherit it
+    (INTERLUDE_BROKER_URL), and this process publishes to it."""
+    if getattr(request, "param", "redis") == "redis":
         yield os.environ["INTERLUDE_BROKER_URL"]
         return
     node = rabbit_for(request)
+    monkeypatch.setenv("INTERLUDE_BROKER_URL", node.url())
     with publishing_to(node.url()):
         yield node.url()

@@ -3,7 +3,7 @@
 Each run's worker process is killed the first time the run reaches the crash point (a pool
 child killing itself, as the OOM killer would); the real ``celery beat`` schedules our reaper
 every half second, which requeues the run once its two-second lease has expired, and another
-process finishes it. Each test runs on Redis and on RabbitMQ (``broker_url``).
+process finishes it.
 """
 
 from __future__ import annotations
@@ -30,11 +30,10 @@ CRASH_POINTS = ["before_write", "after_write", "after_applied"]
 WORKER_ENV = {"INTERLUDE_LEASE_SECONDS": "2", "INTERLUDE_REAP_INTERVAL": "0.5"}
 
 
-def _start_cluster(start: Callable[..., WorkerProcess], tmp_path: Path, broker: str) -> None:
-    env = {**WORKER_ENV, "INTERLUDE_BROKER_URL": broker}
-    start("-c", "2", **env)
-    start("-c", "2", **env)
-    start("-s", str(tmp_path / "beat-schedule"), kind="beat", **env)
+def _start_cluster(start: Callable[..., WorkerProcess], tmp_path: Path) -> None:
+    start("-c", "2", **WORKER_ENV)
+    start("-c", "2", **WORKER_ENV)
+    start("-s", str(tmp_path / "beat-schedule"), kind="beat", **WORKER_ENV)
 
 
 def _states(run_ids: list[str]) -> dict[str, str]:
@@ -66,10 +65,10 @@ def _crashed(run_id: str, point: str) -> bool:
 
 
 def test_killed_at_every_point_of_an_effect_applies_it_exactly_once(
-    db: str, start_worker: Callable[..., WorkerProcess], tmp_path: Path, broker_url: str
+    db: str, start_worker: Callable[..., WorkerProcess], tmp_path: Path
 ) -> None:
     # Given two workers, beat running the reaper, and 20 runs for each crash point
-    _start_cluster(start_worker, tmp_path, broker_url)
+    _start_cluster(start_worker, tmp_path)
     runs = {
         point: [enqueue_run("effect_crash", {"crash": point}) for _ in range(RUNS_PER_CASE)]
         for point in CRASH_POINTS
@@ -123,10 +122,10 @@ def _resolve(interrupt: Any, credential: str, finding: dict[str, Any]) -> bool:
 
 
 def test_killed_effect_that_cannot_be_reconciled_becomes_a_repair_for_an_operator(
-    db: str, start_worker: Callable[..., WorkerProcess], tmp_path: Path, broker_url: str
+    db: str, start_worker: Callable[..., WorkerProcess], tmp_path: Path
 ) -> None:
     credential = add_actor("night-operator", ["operator"])
-    _start_cluster(start_worker, tmp_path, broker_url)
+    _start_cluster(start_worker, tmp_path)
     # Given runs whose effect has no way to find out whether it happened, killed inside it
     # before (half of them) or after (the other half) the outside write
     points = {
