@@ -68,9 +68,9 @@ def ask(ctx: StepContext) -> str | None:
     return "apply"
 
 
-def record(n: int, *, idempotency_key: str) -> dict[str, Any]:
+def record(n: int, *, idempotency_key: str, fencing_token: int) -> dict[str, Any]:
     """The W1 effect: what a call to another system would return, without the call."""
-    return {"n": n, "key": idempotency_key}
+    return {"n": n, "key": idempotency_key, "epoch": fencing_token}
 
 
 @w1.step()
