@@ -36,11 +36,17 @@ class Counts:
     pings: int = 0
     backend_pids: list[int] = field(default_factory=list)
     by_kind: Counter[str] = field(default_factory=Counter)
+    # SQLAlchemy's compiled cache per statement: CACHE_HIT, CACHE_MISS (compiled again), ...
+    cache: Counter[str] = field(default_factory=Counter)
+    # Statements compiled at execution (no cache hit), by kind: where compilation time goes.
+    compiled: Counter[str] = field(default_factory=Counter)
 
     def reset(self, role: str) -> None:
         self.role, self.pid = role, os.getpid()
         self.statements = self.commits = self.rollbacks = self.pings = 0
         self.by_kind.clear()
+        self.cache.clear()
+        self.compiled.clear()
         # Connections opened before a fork are not used by the child (they are forgotten).
         self.backend_pids.clear()
 
@@ -66,6 +72,11 @@ def install(role: str) -> Counts:
     ) -> None:
         found.statements += 1
         found.by_kind[kind_of(statement)] += 1
+        status = getattr(context, "cache_hit", None)
+        name = getattr(status, "name", str(status))
+        found.cache[name] += 1
+        if name != "CACHE_HIT":
+            found.compiled[f"{kind_of(statement)} ({name})"] += 1
 
     def on_commit(conn: Connection) -> None:
         found.commits += 1
@@ -102,7 +113,13 @@ def dump(directory: str | Path | None = None) -> Path | None:
         return None
     path = Path(folder) / f"{_counts.role}-{_counts.pid}.json"
     # Not dataclasses.asdict: it would rebuild the Counter from (key, value) pairs.
-    path.write_text(json.dumps({**vars(_counts), "by_kind": dict(_counts.by_kind)}))
+    found = {
+        **vars(_counts),
+        "by_kind": dict(_counts.by_kind),
+        "cache": dict(_counts.cache),
+        "compiled": dict(_counts.compiled),
+    }
+    path.write_text(json.dumps(found))
     return path
 
 

@@ -185,6 +185,8 @@ def run(runs: int, *, count: bool = False) -> dict[str, Any]:
                     "transactions": (p["commits"] + p["rollbacks"]) / runs,
                     "statements": p["statements"] / runs,
                     "pings": p["pings"] / runs,
+                    "compiled_cache": {k: v / runs for k, v in sorted(p["cache"].items())},
+                    "compiled": {k: v / runs for k, v in sorted(p["compiled"].items())},
                 }
                 for p in processes
             }
@@ -224,6 +226,12 @@ def describe_costs(counts: dict[str, Any]) -> str:
                 f"statements, {o['pings']:.2f} pings)"
             )
         lines.append(line)
+        cache = orm.get(role, {}).get("compiled_cache")
+        if cache:
+            statuses = ", ".join(f"{name} {n:.2f}" for name, n in cache.items())
+            lines.append(f"      SQLAlchemy compiled cache per run: {statuses}")
+            again = ", ".join(f"{k} {n:.2f}" for k, n in orm[role]["compiled"].items())
+            lines.append(f"      compiled at execution: {again}")
     lines.append("  statements by kind (server log, per run):")
     lines.extend(f"    {n:6.2f}  {kind}" for kind, n in counts["by_kind"].items())
     return "\n".join(lines)
