@@ -82,8 +82,8 @@ def record_events(
 ) -> None:
     """Append audit events in one statement; ``moves`` are the states the first ones move
     between (events past them are facts, not transitions)."""
-    if events:
-        session.execute(events_insert(run_id, actor=actor, events=events, at=at, moves=moves))
+    for write in events_insert(run_id, actor=actor, events=events, at=at, moves=moves):
+        session.execute(write)
 
 
 def events_insert(
@@ -93,25 +93,31 @@ def events_insert(
     events: Sequence[tuple[EventKind, Any]],
     at: datetime | None = None,
     moves: Sequence[tuple[str | None, str | None]] = (),
-) -> Insert:
-    """The INSERT of those events, to be executed with other writes."""
+) -> list[Insert]:
+    """The INSERT of those events, to be executed with other writes (none if no events).
+
+    One statement, so that the events' ids follow their order; a single event is written
+    with a one-row VALUES, whose compiled form SQLAlchemy caches (a multi-row VALUES is
+    compiled again at every execution).
+    """
     at = at or utcnow()
-    # A Core insert: events are never read back through the session, and skipping the ORM's
+    # Core inserts: events are never read back through the session, and skipping the ORM's
     # unit of work for them is a measurable share of a step's cost.
-    return insert(EVENTS).values(
-        [
-            {
-                "run_id": run_id,
-                "at": at,
-                "actor": actor,
-                "trigger": EventKind(kind).value,
-                "from_state": moves[i][0] if i < len(moves) else None,
-                "to_state": moves[i][1] if i < len(moves) else None,
-                "detail": detail or {},
-            }
-            for i, (kind, detail) in enumerate(events)
-        ]
-    )
+    rows = [
+        {
+            "run_id": run_id,
+            "at": at,
+            "actor": actor,
+            "trigger": EventKind(kind).value,
+            "from_state": moves[i][0] if i < len(moves) else None,
+            "to_state": moves[i][1] if i < len(moves) else None,
+            "detail": detail or {},
+        }
+        for i, (kind, detail) in enumerate(events)
+    ]
+    if not rows:
+        return []
+    return [insert(EVENTS).values(rows[0] if len(rows) == 1 else rows)]
 
 
 def record_refusal_once(session: Session, run_id: str, *, actor: str, reason: str) -> bool:
@@ -201,7 +207,7 @@ def insert_run(
         moves=[(None, RunState.QUEUED.value)],
     )
     dialect(session).execute_with(
-        session, insert(RUNS).values(values), [checkpoint_insert(session, first), enqueued]
+        session, insert(RUNS).values(values), [checkpoint_insert(session, first), *enqueued]
     )
     return run
 
@@ -349,7 +355,7 @@ def move_through(
         .execute_with(
             session,
             stmt.values(**values).returning(RUNS.c.pause_requested_by),
-            [events, *writes],
+            [*events, *writes],
         )
         .first()
     )
