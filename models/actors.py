@@ -40,6 +40,16 @@ def revoke(session: Session, actor_id: str, at: datetime) -> bool:
     return bool(result.rowcount == 1)  # type: ignore[attr-defined]
 
 
+def replace_credential(session: Session, actor_id: str, credential_hash: str) -> bool:
+    """A new credential hash for the actor, active again; False if it does not exist."""
+    result = session.execute(
+        update(ACTORS)
+        .where(ACTORS.c.id == actor_id)
+        .values(credential_hash=credential_hash, revoked_at=None)
+    )
+    return bool(result.rowcount == 1)  # type: ignore[attr-defined]
+
+
 def set_roles(session: Session, actor_id: str, roles: list[str]) -> bool:
     result = session.execute(update(ACTORS).where(ACTORS.c.id == actor_id).values(roles=roles))
     return bool(result.rowcount == 1)  # type: ignore[attr-defined]

@@ -8,6 +8,7 @@ import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
+import rfc8785
 from pydantic import BaseModel, ConfigDict, Field
 
 from models.enums import Decision, ResumeOutcome
@@ -17,8 +18,21 @@ RESUME_SCHEMA_VERSION = "resume.v1"
 CONTRACT_EXPIRES_IN = timedelta(minutes=15)
 
 
+# How evidence hashes are computed now; interrupts recorded before carry NULL (legacy_json).
+EVIDENCE_CANON = "rfc8785"
+
+
 def canonical_json(value: Any) -> str:
-    """The one serialisation that hashes are computed over: sorted keys, compact separators."""
+    """RFC 8785 canonical JSON (JCS): what any language computes the evidence hash over.
+
+    Raises rfc8785.CanonicalizationError for what I-JSON cannot hold (NaN, integers beyond
+    2**53, keys that are not text).
+    """
+    return rfc8785.dumps(value).decode("utf-8")
+
+
+def legacy_json(value: Any) -> str:
+    """The serialisation hashes were computed over before RFC 8785 (Python's json.dumps)."""
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
@@ -31,9 +45,20 @@ def json_copy(value: Any) -> Any:
     return json.loads(json.dumps(value, allow_nan=False))
 
 
-def evidence_hash(evidence: Any) -> str:
-    """``sha256:<hex>`` of the canonical JSON of ``evidence``."""
-    return "sha256:" + hashlib.sha256(canonical_json(evidence).encode()).hexdigest()
+def evidence_hash(evidence: Any, canon: str | None = EVIDENCE_CANON) -> str:
+    """``sha256:<hex>`` of the canonical JSON of ``evidence``.
+
+    ``canon`` is how the interrupt's hash was computed: RFC 8785, or None for an interrupt
+    recorded before (Python's json.dumps), so that what a responder was shown stays valid.
+    """
+    text = canonical_json(evidence) if canon == EVIDENCE_CANON else legacy_json(evidence)
+    return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
+
+
+def json_hash(value: Any) -> str:
+    """``sha256:<hex>`` of ``value`` as sorted, compact JSON: a fingerprint that never raises
+    for JSON values (effect requests, resume payloads); not an interop format."""
+    return "sha256:" + hashlib.sha256(legacy_json(value).encode()).hexdigest()
 
 
 class Frozen(BaseModel):
@@ -152,6 +177,7 @@ class InterruptFields(Frozen):
     scope: Any
     evidence: Any
     evidence_hash: str
+    evidence_canon: str | None = EVIDENCE_CANON
     separate_from_starter: bool
     on_expiry: str
     escalation: dict[str, Any] | None

@@ -56,6 +56,8 @@ class ResumeOutcome(StrEnum):
     RENEWED_REVIEW_REQUIRED = "renewed_review_required"
     # The interrupt's input schema is registered by no flow loaded in this process.
     UNKNOWN_SCHEMA = "unknown_schema"
+    # The actor's idempotency key was used before with another payload.
+    KEY_REUSED = "key_reused"
 
 
 class EffectStatus(StrEnum):

@@ -11,7 +11,7 @@ from collections.abc import Collection
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Insert, Table, insert, select, update
+from sqlalchemy import Insert, Table, func, insert, select, update
 from sqlalchemy.orm import Session
 from sqlalchemy.orm.attributes import set_committed_value
 
@@ -216,10 +216,12 @@ def list_rows(
 # --- resume attempts ---------------------------------------------------------------------------
 
 
-def original_attempt(session: Session, key: str) -> ResumeAttempt | None:
-    """The attempt that claimed idempotency key ``key``, if any."""
+def original_attempt(session: Session, actor_id: str, key: str) -> ResumeAttempt | None:
+    """The attempt by which ``actor_id`` claimed idempotency key ``key``, if any."""
     return session.execute(
-        select(ResumeAttempt).where(ResumeAttempt.original_key == key)
+        select(ResumeAttempt).where(
+            ResumeAttempt.actor_id == actor_id, ResumeAttempt.original_key == key
+        )
     ).scalar_one_or_none()
 
 
@@ -236,11 +238,30 @@ def list_attempts(
     *,
     interrupt_id: str | None = None,
     run_id: str | None = None,
+    outcome: str | None = None,
+    before: int | None = None,
     limit: int = 1000,
 ) -> list[ResumeAttempt]:
-    query = select(ResumeAttempt).order_by(ResumeAttempt.id).limit(limit)
+    """Attempts, newest first; ``before`` (an attempt id) is the cursor of the next page."""
+    query = select(ResumeAttempt).order_by(ResumeAttempt.id.desc()).limit(limit)
     if interrupt_id is not None:
         query = query.where(ResumeAttempt.interrupt_id == interrupt_id)
     if run_id is not None:
         query = query.where(ResumeAttempt.run_id == run_id)
+    if outcome is not None:
+        query = query.where(ResumeAttempt.outcome == outcome)
+    if before is not None:
+        query = query.where(ResumeAttempt.id < before)
     return list(session.execute(query).scalars())
+
+
+def count_attempts(
+    session: Session, *, run_id: str | None = None, interrupt_id: str | None = None
+) -> dict[str, int]:
+    """How many attempts there were, by outcome."""
+    query = select(ResumeAttempt.outcome, func.count()).group_by(ResumeAttempt.outcome)
+    if run_id is not None:
+        query = query.where(ResumeAttempt.run_id == run_id)
+    if interrupt_id is not None:
+        query = query.where(ResumeAttempt.interrupt_id == interrupt_id)
+    return {outcome: int(n) for outcome, n in session.execute(query).all()}

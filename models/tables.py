@@ -130,6 +130,9 @@ class Interrupt(Base):
     scope: Mapped[Any | None] = mapped_column(Json)
     evidence: Mapped[Any | None] = mapped_column(Json)
     evidence_hash: Mapped[str] = mapped_column(String(80))
+    # How evidence_hash was computed: "rfc8785" (canonical JSON); NULL for interrupts recorded
+    # before hashes followed RFC 8785, whose stored hash keeps validating as it was shown.
+    evidence_canon: Mapped[str | None] = mapped_column(String(16))
     separate_from_starter: Mapped[bool] = mapped_column(Boolean, default=False)
     deadline: Mapped[datetime] = mapped_column(Timestamp())
     on_expiry: Mapped[str] = mapped_column(String(16))
@@ -164,13 +167,20 @@ class ResumeAttempt(Base):
     interrupt_id: Mapped[str | None] = mapped_column(String(200), index=True)
     actor_id: Mapped[str | None] = mapped_column(String(200))
     idempotency_key: Mapped[str | None] = mapped_column(String(200), index=True)
-    # Set only on the first attempt with a key, so the unique index elects one original.
-    original_key: Mapped[str | None] = mapped_column(String(200), unique=True)
+    # Set only on an authenticated actor's first attempt with a key: keys belong to the actor,
+    # and the unique index on (actor_id, original_key) elects one original per actor and key.
+    original_key: Mapped[str | None] = mapped_column(String(200))
+    # sha256 of what the contract decides (all but expires_at): the same key with another
+    # payload is refused as key_reused, not answered as a duplicate.
+    payload_hash: Mapped[str | None] = mapped_column(String(80))
     outcome: Mapped[str] = mapped_column(String(32))
     reason: Mapped[str] = mapped_column(Text)
     payload: Mapped[Any | None] = mapped_column(Json)
 
-    __table_args__ = (CheckConstraint(f"outcome IN ({_values(ResumeOutcome)})", name="outcome"),)
+    __table_args__ = (
+        CheckConstraint(f"outcome IN ({_values(ResumeOutcome)})", name="outcome"),
+        UniqueConstraint("actor_id", "original_key"),
+    )
 
 
 class Actor(Base):

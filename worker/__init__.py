@@ -19,12 +19,23 @@ if TYPE_CHECKING:
     from celery import Celery
 
     from models.contracts import InterruptView, ResumeContract, ResumeResult
-    from worker.actors import add_actor, list_actors, revoke_actor, set_actor_roles
+    from worker.actors import (
+        add_actor,
+        list_actors,
+        revoke_actor,
+        rotate_actor,
+        set_actor_roles,
+    )
     from worker.context import Resume, StepContext
     from worker.effects import NOT_APPLIED, UNKNOWN
     from worker.flows import Flow
     from worker.gateway import submit_resume
-    from worker.interrupts import get_interrupt, list_interrupts, list_resume_attempts
+    from worker.interrupts import (
+        count_resume_attempts,
+        get_interrupt,
+        list_interrupts,
+        list_resume_attempts,
+    )
     from worker.runs import cancel_run, enqueue_run, get_run, list_runs, pause_run
     from worker.schemas import BudgetGrant, OperatorRelease, RepairResolution, input_schema
 
@@ -38,6 +49,7 @@ _EXPORTS = {
     "add_actor": "worker.actors",
     "list_actors": "worker.actors",
     "revoke_actor": "worker.actors",
+    "rotate_actor": "worker.actors",
     "set_actor_roles": "worker.actors",
     "Resume": "worker.context",
     "StepContext": "worker.context",
@@ -45,6 +57,7 @@ _EXPORTS = {
     "UNKNOWN": "worker.effects",
     "Flow": "worker.flows",
     "submit_resume": "worker.gateway",
+    "count_resume_attempts": "worker.interrupts",
     "get_interrupt": "worker.interrupts",
     "list_interrupts": "worker.interrupts",
     "list_resume_attempts": "worker.interrupts",
@@ -74,6 +87,7 @@ __all__ = [
     "add_actor",
     "app",
     "cancel_run",
+    "count_resume_attempts",
     "enqueue_run",
     "get_interrupt",
     "get_run",
@@ -84,6 +98,7 @@ __all__ = [
     "list_runs",
     "pause_run",
     "revoke_actor",
+    "rotate_actor",
     "set_actor_roles",
     "submit_resume",
 ]

@@ -6,6 +6,7 @@ import hashlib
 import hmac
 import re
 import secrets
+from typing import Any
 
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
@@ -14,11 +15,15 @@ from models import actors as store
 from models.contracts import ActorView
 from models.db import transaction, utcnow
 from models.errors import ActorError, ActorExistsError, ActorNotFoundError
+from models.identity import actor_id_problem, normal_actor_id
 from models.tables import Actor
 
-ACTOR_ID = re.compile(r"^[A-Za-z0-9_.@:\-]{1,200}$")
 ROLE = re.compile(r"^[A-Za-z0-9_.:\-]{1,100}$")
 CREDENTIAL_PREFIX = "ilc_"
+# What a credential this module issued looks like (token_urlsafe(32) is 43 characters): such
+# text is redacted wherever a submission is stored.
+CREDENTIAL_SHAPE = re.compile(r"ilc_[A-Za-z0-9_\-]{20,}")
+REDACTED = "ilc_[redacted]"
 # Compared against when the actor does not exist, so that timing does not tell who exists.
 _ABSENT_HASH = "sha256$" + "0" * 64
 
@@ -28,6 +33,45 @@ def hash_credential(credential: str) -> str:
     # surrogatepass: whatever string a caller submits hashes instead of raising.
     digest = hashlib.sha256(credential.encode("utf-8", "surrogatepass")).hexdigest()
     return "sha256$" + digest
+
+
+class Credential:
+    """A submitted credential, held so that no repr, log line or traceback's locals show it.
+
+    Error trackers record the locals of every frame of a traceback: the gateway keeps only
+    this wrapper in its frames, never the text.
+    """
+
+    __slots__ = ("_text",)
+    _text: object
+
+    def __init__(self, value: Any) -> None:
+        self._text = value._text if isinstance(value, Credential) else value
+
+    def __repr__(self) -> str:
+        return "Credential(<hidden>)"
+
+    __str__ = __repr__
+
+    def hashed(self) -> str:
+        """The stored form of this credential ("" when it is not text: it matches nothing)."""
+        if not isinstance(self._text, str):
+            return ""
+        return "sha256$" + hashlib.sha256(self._text.encode("utf-8", "surrogatepass")).hexdigest()
+
+    def redact(self, text: str) -> str:
+        """``text`` with this credential, and anything shaped like one, replaced."""
+        if isinstance(self._text, str) and len(self._text) >= 8 and self._text in text:
+            text = text.replace(self._text, REDACTED)
+        return CREDENTIAL_SHAPE.sub(REDACTED, text)
+
+
+def checked_actor_id(actor_id: object) -> str:
+    """``actor_id`` in its normal form, or ActorError saying why it cannot be one."""
+    problem = actor_id_problem(actor_id)
+    if problem is not None or not isinstance(actor_id, str):
+        raise ActorError(actor_id=str(actor_id)[:200], detail=problem or "not text")
+    return normal_actor_id(actor_id)
 
 
 def _roles(actor_id: str, roles: list[str] | tuple[str, ...]) -> list[str]:
@@ -43,12 +87,19 @@ def _roles(actor_id: str, roles: list[str] | tuple[str, ...]) -> list[str]:
     return cleaned
 
 
+def _new_credential() -> str:
+    return CREDENTIAL_PREFIX + secrets.token_urlsafe(32)
+
+
 def add_actor(actor_id: str, roles: list[str] | tuple[str, ...]) -> str:
-    """Create a responder and return its credential: the only time it is ever shown."""
-    if not isinstance(actor_id, str) or not ACTOR_ID.fullmatch(actor_id):
-        raise ActorError(actor_id=actor_id, detail="id may only hold letters, digits and ._@:-")
+    """Create a responder and return its credential: the only time it is ever shown.
+
+    The id is stored in its normal form (trimmed, NFKC, case-folded); an id that is another's
+    after normalisation is refused as existing.
+    """
+    actor_id = checked_actor_id(actor_id)
     role_list = _roles(actor_id, roles)
-    credential = CREDENTIAL_PREFIX + secrets.token_urlsafe(32)
+    credential = _new_credential()
     try:
         with transaction() as session:
             store.insert_actor(session, actor_id, role_list, hash_credential(credential))
@@ -57,13 +108,26 @@ def add_actor(actor_id: str, roles: list[str] | tuple[str, ...]) -> str:
     return credential
 
 
+def rotate_actor(actor_id: str) -> str:
+    """A new credential for the same actor (also one that was revoked); the old one stops
+    working when this commits. Returns the credential: the only time it is shown."""
+    actor_id = normal_actor_id(actor_id) if isinstance(actor_id, str) else actor_id
+    credential = _new_credential()
+    with transaction() as session:
+        if not store.replace_credential(session, actor_id, hash_credential(credential)):
+            raise ActorNotFoundError(actor_id=actor_id)
+    return credential
+
+
 def revoke_actor(actor_id: str) -> None:
+    actor_id = normal_actor_id(actor_id) if isinstance(actor_id, str) else actor_id
     with transaction() as session:
         if not store.revoke(session, actor_id, utcnow()) and not store.exists(session, actor_id):
             raise ActorNotFoundError(actor_id=actor_id)
 
 
 def set_actor_roles(actor_id: str, roles: list[str] | tuple[str, ...]) -> None:
+    actor_id = normal_actor_id(actor_id) if isinstance(actor_id, str) else actor_id
     role_list = _roles(actor_id, roles)
     with transaction() as session:
         if not store.set_roles(session, actor_id, role_list):
@@ -80,12 +144,13 @@ def list_actors() -> list[ActorView]:
 def authenticate(session: Session, actor_id: str, credential: object) -> Actor | None:
     """The active actor whose stored hash matches ``credential`` (constant-time), else None.
 
-    The row stays as read until the caller's transaction ends: a revoke committing meanwhile
-    is ordered after the decision made with it, not in the middle of it.
+    ``actor_id`` is compared in its normal form. The row is locked for share until the
+    caller's transaction ends: a revoke or rotation committing meanwhile is ordered after the
+    decision made with it, not in the middle of it.
     """
-    actor = store.get_actor(session, actor_id, for_decision=True)
+    actor = store.get_actor(session, normal_actor_id(actor_id), for_decision=True)
     stored = actor.credential_hash if actor is not None else _ABSENT_HASH
-    given = hash_credential(credential) if isinstance(credential, str) else ""
+    given = Credential(credential).hashed()
     matches = hmac.compare_digest(stored.encode(), given.encode())
     if actor is None or not matches or actor.revoked_at is not None:
         return None

@@ -9,6 +9,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any, NotRequired, TypedDict, Unpack
 
+import rfc8785
 from pydantic import BaseModel, ValidationError
 
 from models.contracts import InterruptDecl, evidence_hash, json_copy
@@ -89,6 +90,12 @@ def declare(name: str, **args: Unpack[InterruptArgs]) -> InterruptDecl:
             raise FlowDefinitionError(
                 detail=f"interrupt {name!r}: {what} is not JSON: {exc}"
             ) from None
+    try:
+        hashed = evidence_hash(evidence)
+    except rfc8785.CanonicalizationError as exc:
+        raise FlowDefinitionError(
+            detail=f"interrupt {name!r}: evidence is not I-JSON (RFC 8785): {exc}"
+        ) from None
     model = args["input"]
     schema_name, schema_version = schema_id_of(model)
     expires_in = _seconds(args["expires_in"])
@@ -102,7 +109,7 @@ def declare(name: str, **args: Unpack[InterruptArgs]) -> InterruptDecl:
         roles=list(authority),
         scope=scope,
         evidence=evidence,
-        evidence_hash=evidence_hash(evidence),
+        evidence_hash=hashed,
         separate_from_starter=args.get("separate_from_starter", False),
         expires_in=expires_in,
         on_expiry=policy.value,
@@ -136,9 +143,13 @@ def _default_input(
         raise FlowDefinitionError(detail=f"interrupt {name!r}: default policy needs default=")
     data = default.model_dump(mode="json") if isinstance(default, BaseModel) else default
     try:
-        checked: dict[str, Any] = model.model_validate(data).model_dump(mode="json")
+        checked: dict[str, Any] = json_copy(model.model_validate(data).model_dump(mode="json"))
     except ValidationError as exc:
         raise FlowDefinitionError(
             detail=f"interrupt {name!r}: default input is invalid: {exc.errors()[0]['msg']}"
+        ) from None
+    except ValueError as exc:  # a number that is not finite ("inf" for a float field)
+        raise FlowDefinitionError(
+            detail=f"interrupt {name!r}: default input is not JSON: {exc}"
         ) from None
     return checked

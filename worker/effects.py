@@ -18,7 +18,7 @@ from typing import Any, Protocol
 
 from models import effects as store
 from models import interrupts as interrupt_store
-from models.contracts import evidence_hash, json_copy
+from models.contracts import json_copy, json_hash
 from models.db import transaction
 from models.effects import LedgerEntry, Outcome
 from models.enums import Decision, EffectStatus, EventKind, InterruptKind
@@ -77,7 +77,7 @@ def as_json(value: Any, what: str, ctx: EffectScope, name: str) -> Any:
 
 
 def _request_hash(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
-    return evidence_hash(json.loads(json.dumps([list(args), kwargs], default=repr)))
+    return json_hash(json.loads(json.dumps([list(args), kwargs], default=repr)))
 
 
 def perform(

@@ -1,14 +1,17 @@
 """The resume gateway: nine checks in a fixed order; the first failure decides the outcome.
 
 Every attempt is recorded with its outcome, reason and payload (a refused payload is kept as
-evidence). Acceptance and the run's move to ``resuming`` are one transaction; the resume task
-is published after it commits.
+evidence, credentials redacted, bounded). Acceptance and the run's move to ``resuming`` are one
+transaction; the resume task is published after it commits. Idempotency keys belong to the
+authenticated actor and bind to the payload they were first used with.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC
@@ -21,7 +24,15 @@ from sqlalchemy.orm import Session
 
 from models import interrupts as store
 from models import runs as run_store
-from models.contracts import ActorRef, ResumeContract, ResumeResult, evidence_hash
+from models.contracts import (
+    EVIDENCE_CANON,
+    ActorRef,
+    ResumeContract,
+    ResumeResult,
+    evidence_hash,
+    json_copy,
+    json_hash,
+)
 from models.db import transaction, utcnow
 from models.enums import (
     Decision,
@@ -32,9 +43,10 @@ from models.enums import (
     RunState,
 )
 from models.errors import InterludeError, StaleStateError
-from models.tables import Interrupt, ResumeAttempt, Run
+from models.identity import normal_actor_id
+from models.tables import Actor, Interrupt, ResumeAttempt, Run
 from worker import dispatch
-from worker.actors import authenticate
+from worker.actors import Credential, authenticate
 from worker.declarations import PAUSE_INTERRUPT
 from worker.flows import Flow, Migration, RevalidationContext, continuation, load_flow_modules
 from worker.interrupts import notify, view
@@ -43,13 +55,25 @@ from worker.schemas import BudgetGrant, describe_errors, json_schema_of, lookup
 
 log = logging.getLogger(__name__)
 MAX_ID = 200
-# A refused payload is kept as evidence, but not without bound.
+# A contract larger than this is malformed (it is not parsed at all).
 MAX_PAYLOAD_CHARS = 64 * 1024
-# Attempts that do not claim their idempotency key: a duplicate has no key of its own, and an
-# unauthenticated submitter must not be able to burn the key of the real responder.
+# What is kept of a malformed or unauthenticated submission: anyone can send those.
+MAX_STORED_UNTRUSTED = 4096
+MAX_REASON = 300
+# Attempts that do not claim their idempotency key: a repeat answers from the original, and a
+# submitter who did not authenticate has no key (keys belong to authenticated actors).
 UNBOUND_OUTCOMES = frozenset(
-    {ResumeOutcome.DUPLICATE, ResumeOutcome.MALFORMED, ResumeOutcome.UNAUTHENTICATED}
+    {
+        ResumeOutcome.DUPLICATE,
+        ResumeOutcome.KEY_REUSED,
+        ResumeOutcome.MALFORMED,
+        ResumeOutcome.UNAUTHENTICATED,
+    }
 )
+UNTRUSTED_OUTCOMES = frozenset({ResumeOutcome.MALFORMED, ResumeOutcome.UNAUTHENTICATED})
+# What a contract decides: all of it but the window in which it may be submitted, so that a
+# retry rebuilt with a later expires_at is still the same submission.
+NOT_HASHED = frozenset({"expires_at"})
 
 
 class _LostRace(Exception):
@@ -69,10 +93,13 @@ class Refusal(Exception):
 @dataclass
 class _Attempt:
     payload: Any
-    run_id: str | None
-    interrupt_id: str | None
-    actor_id: str | None
-    key: str | None
+    credential: Credential
+    run_id: str | None = None
+    interrupt_id: str | None = None
+    actor_id: str | None = None
+    key: str | None = None
+    payload_hash: str | None = None
+    parsed: bool = False
 
 
 def submit_resume(
@@ -80,10 +107,22 @@ def submit_resume(
 ) -> ResumeResult:
     """Check and record one resume attempt; on acceptance the run continues once.
 
-    Never raises for anything a caller submits: every refusal is a recorded ``ResumeResult``.
+    Never raises for anything a caller submits: every call ends as a recorded
+    ``ResumeResult`` (an unexpected error too, named by its class). The credential is held
+    wrapped from the first line on, so that no traceback's locals carry it.
     """
+    secret = Credential(credential)
+    del credential
+    attempt = _Attempt(None, secret)
+    try:
+        return _submit(contract, attempt)
+    except Exception as exc:
+        return _last_resort(attempt, exc)
+
+
+def _submit(contract: Any, attempt: _Attempt) -> ResumeResult:
     payload, fields, problem = _payload(contract)
-    attempt = _Attempt(payload, None, None, None, None)
+    attempt.payload = payload
     if isinstance(fields, dict):
         attempt.run_id = _short_str(fields.get("run_id"))
         attempt.interrupt_id = _short_str(fields.get("interrupt_id"))
@@ -96,31 +135,59 @@ def submit_resume(
         parsed = ResumeContract.model_validate(payload)
     except ValidationError as exc:
         return _record(attempt, ResumeOutcome.MALFORMED, _first_error(exc))
+    attempt.parsed = True
     attempt.key = parsed.idempotency_key
+    attempt.payload_hash = payload_hash(parsed.model_dump(mode="json"))
     try:
-        return _decide(parsed, credential, attempt)
+        return _decide(parsed, attempt)
     except IntegrityError:
-        # Another submission with the same idempotency key committed first.
-        return _record(
-            attempt, ResumeOutcome.DUPLICATE, "an attempt with this idempotency key committed first"
-        )
+        # The same actor's submission with the same idempotency key committed first.
+        return _record_repeat(attempt)
 
 
-def _decide(contract: ResumeContract, credential: str, attempt: _Attempt) -> ResumeResult:
+def payload_hash(contract: Mapping[str, Any]) -> str:
+    """What an idempotency key binds to: the contract's decision, not its expiry."""
+    return json_hash({k: v for k, v in contract.items() if k not in NOT_HASHED})
+
+
+def _last_resort(attempt: _Attempt, exc: Exception) -> ResumeResult:
+    """An error no check foresaw: recorded as a refusal named by the error's class."""
+    log.error(
+        "resume attempt failed unexpectedly (%s); recorded as a refusal",
+        type(exc).__name__,
+        exc_info=exc,
+        extra={"action": "resume_error", "run_id": attempt.run_id},
+    )
+    outcome = ResumeOutcome.INVALID_INPUT if attempt.parsed else ResumeOutcome.MALFORMED
+    reason = f"the submission could not be processed ({type(exc).__name__}); nothing changed"
+    return _record(attempt, outcome, reason, claim=False)
+
+
+def _decide(contract: ResumeContract, attempt: _Attempt) -> ResumeResult:
     try:
-        return _decide_once(contract, credential, attempt)
+        return _decide_once(contract, attempt)
     except _LostRace as lost:
         return _record(attempt, ResumeOutcome.STALE, str(lost))
 
 
-def _decide_once(contract: ResumeContract, credential: str, attempt: _Attempt) -> ResumeResult:
+def _decide_once(contract: ResumeContract, attempt: _Attempt) -> ResumeResult:
     notify_after: tuple[Flow, Interrupt] | None = None
     with transaction() as session:
-        original = store.original_attempt(session, contract.idempotency_key)
+        actor = authenticate(session, contract.actor.id, attempt.credential)
+        if actor is None:
+            return _insert(
+                session,
+                attempt,
+                ResumeOutcome.UNAUTHENTICATED,
+                "unknown actor, revoked actor or bad credential",
+            )
+        # From here on the attempt is the authenticated actor's, under the id's normal form.
+        attempt.actor_id = actor.id
+        original = store.original_attempt(session, actor.id, contract.idempotency_key)
         if original is not None:
-            return _duplicate(session, attempt, original)
+            return _repeat(session, attempt, original)
         try:
-            interrupt, run, flow, submitted, new_interrupt = _check(session, contract, credential)
+            interrupt, run, flow, submitted, new_interrupt = _check(session, contract, actor)
             if new_interrupt is None:
                 result = _accept(
                     session,
@@ -150,14 +217,9 @@ def _decide_once(contract: ResumeContract, credential: str, attempt: _Attempt) -
 
 
 def _check(
-    session: Session, contract: ResumeContract, credential: str
+    session: Session, contract: ResumeContract, actor: Actor
 ) -> tuple[Interrupt, Run, Flow | None, dict[str, Any], Interrupt | None]:
-    """Checks 3 to 8; returns what acceptance needs, or a renewed interrupt, or raises Refusal."""
-    actor = authenticate(session, contract.actor.id, credential)
-    if actor is None:
-        raise Refusal(
-            ResumeOutcome.UNAUTHENTICATED, "unknown actor, revoked actor or bad credential"
-        )
+    """Checks 4 to 8; returns what acceptance needs, or a renewed interrupt, or raises Refusal."""
     # Concurrent resumes of one interrupt queue here (SQLite already serialises writers).
     found = store.lock_with_run(session, contract.interrupt_id)
     if found is None:
@@ -183,17 +245,42 @@ def _check(
             ResumeOutcome.DENIED,
             f"actor {actor.id} holds none of the roles {sorted(interrupt.roles)}",
         )
-    if interrupt.separate_from_starter and run.started_by == actor.id:
-        raise Refusal(
-            ResumeOutcome.DENIED, f"actor {actor.id} started this run and may not release it"
-        )
-    validated = _validate_input(contract, interrupt)
-    submitted = validated.model_dump(mode="json") if validated is not None else {}
+    _separate_from_starter(interrupt, run, actor)
+    submitted = _submitted(_validate_input(contract, interrupt))
     code = _flow_for(run)
     new_interrupt = None
     if code is not None:
         new_interrupt = _revalidate(session, *code, interrupt, run, submitted)
     return interrupt, run, code[0] if code else None, submitted, new_interrupt
+
+
+def _separate_from_starter(interrupt: Interrupt, run: Run, actor: Actor) -> None:
+    """Separation of duties fails closed: with no recorded starter, nobody may release it."""
+    if not interrupt.separate_from_starter:
+        return
+    if run.started_by is None:
+        raise Refusal(
+            ResumeOutcome.DENIED,
+            "the run has no recorded starter, so separation from the starter cannot be checked",
+        )
+    if normal_actor_id(run.started_by) == actor.id:
+        raise Refusal(
+            ResumeOutcome.DENIED, f"actor {actor.id} started this run and may not release it"
+        )
+
+
+def _submitted(validated: BaseModel | None) -> dict[str, Any]:
+    """The validated input as it is stored: JSON with finite numbers only."""
+    if validated is None:
+        return {}
+    try:
+        checked: dict[str, Any] = json_copy(validated.model_dump(mode="json"))
+    except ValueError:
+        # A float field accepts "inf", "Infinity" and "1e309"; no budget or record may hold it.
+        raise Refusal(
+            ResumeOutcome.INVALID_INPUT, "input holds a number that is not finite"
+        ) from None
+    return checked
 
 
 def _check_binding(contract: ResumeContract, interrupt: Interrupt, run: Run) -> None:
@@ -276,14 +363,16 @@ def _revalidate(
         context = RevalidationContext(
             run_id=run.id, input=run.input, state=state, interrupt=view(interrupt)
         )
-        current = revalidator(context)
+        current = json_copy(revalidator(context))
+        # Compared the way the interrupt's own hash was computed (it may predate RFC 8785).
+        unchanged = evidence_hash(current, interrupt.evidence_canon) == interrupt.evidence_hash
         current_hash = evidence_hash(current)
     except Exception as exc:
         raise Refusal(
             ResumeOutcome.RENEWED_REVIEW_REQUIRED,
             f"business revalidation failed ({type(exc).__name__}: {exc}); nothing changed",
         ) from None
-    if current_hash == interrupt.evidence_hash:
+    if unchanged:
         return None
     renewed = store.supersede(
         session,
@@ -291,6 +380,7 @@ def _revalidate(
         resolved_by="system:revalidation",
         evidence=current,
         evidence_hash=current_hash,
+        evidence_canon=EVIDENCE_CANON,
         previous_input=submitted,
     )
     if renewed is None:
@@ -321,12 +411,17 @@ def _accept(
     (``revalidation: deferred`` on the event).
     """
     now = utcnow()
-    actor = f"{contract.actor.type}:{contract.actor.id}"
+    # Recorded under the authenticated id's normal form, not as the contract spells it.
+    who = attempt.actor_id or contract.actor.id
+    actor = f"{contract.actor.type}:{who}"
     fields: dict[str, Any] = {"dispatched_at": now}
     approved = contract.decision is Decision.APPROVED
     if interrupt.kind == InterruptKind.BUDGET.value and approved:
         grant = BudgetGrant.model_validate(submitted)
-        fields["budget_allowance"] = (run.budget_allowance or 0.0) + grant.units
+        allowance = (run.budget_allowance or 0.0) + grant.units
+        if not math.isfinite(allowance):
+            raise Refusal(ResumeOutcome.INVALID_INPUT, "the budget would not be a finite number")
+        fields["budget_allowance"] = allowance
     if interrupt.name == PAUSE_INTERRUPT:
         fields["pause_requested_by"] = None
     try:
@@ -350,7 +445,7 @@ def _accept(
         "resolve",
         decision=contract.decision.value,
         resume_input=submitted,
-        resolved_by=contract.actor.id,
+        resolved_by=who,
         resolved_at=now,
     ):
         raise _LostRace("interrupt was resolved concurrently")
@@ -359,12 +454,26 @@ def _accept(
     )
 
 
-def _duplicate(session: Session, attempt: _Attempt, original: ResumeAttempt) -> ResumeResult:
+def _repeat(session: Session, attempt: _Attempt, original: ResumeAttempt) -> ResumeResult:
+    """The actor used this key before: the same payload is a duplicate, another is refused."""
+    first_hash = original.payload_hash
+    if first_hash is None and isinstance(original.payload, dict):
+        # Recorded before keys were bound to payloads: hash what was stored then.
+        first_hash = payload_hash(original.payload)
+    if first_hash == attempt.payload_hash:
+        return _insert(
+            session,
+            attempt,
+            ResumeOutcome.DUPLICATE,
+            f"duplicate of attempt {original.id} ({original.outcome})",
+            original=original,
+        )
     return _insert(
         session,
         attempt,
-        ResumeOutcome.DUPLICATE,
-        f"duplicate of attempt {original.id} ({original.outcome})",
+        ResumeOutcome.KEY_REUSED,
+        f"this idempotency key was used by attempt {original.id} ({original.outcome}) for "
+        "another contract; submit this one with a new key",
         original=original,
     )
 
@@ -377,23 +486,36 @@ def _insert(
     *,
     original: ResumeAttempt | None = None,
     new_interrupt_id: str | None = None,
+    claim: bool = True,
 ) -> ResumeResult:
+    redact = attempt.credential.redact
+    reason = _capped(redact(reason))
     attempt_id = store.insert_attempt(
         session,
-        run_id=attempt.run_id,
-        interrupt_id=attempt.interrupt_id,
-        actor_id=attempt.actor_id,
-        idempotency_key=attempt.key,
-        original_key=attempt.key if outcome not in UNBOUND_OUTCOMES else None,
+        run_id=_redacted_id(attempt.run_id, redact),
+        interrupt_id=_redacted_id(attempt.interrupt_id, redact),
+        actor_id=_redacted_id(attempt.actor_id, redact),
+        idempotency_key=_redacted_id(attempt.key, redact),
+        original_key=attempt.key if claim and outcome not in UNBOUND_OUTCOMES else None,
+        payload_hash=attempt.payload_hash,
         outcome=outcome.value,
         reason=reason,
-        payload=attempt.payload,
+        payload=_stored_payload(attempt, outcome),
     )
+    # What callers supplied (ids, reasons built from them) goes into fields, never the message.
     log.info(
-        "resume %s: %s",
+        "resume attempt %d: %s",
+        attempt_id,
         outcome.value,
-        reason,
-        extra={"action": "resume", "run_id": attempt.run_id, "outcome": outcome.value},
+        extra={
+            "action": "resume",
+            "attempt_id": attempt_id,
+            "run_id": attempt.run_id,
+            "interrupt_id": attempt.interrupt_id,
+            "actor_id": attempt.actor_id,
+            "outcome": outcome.value,
+            "reason": reason,
+        },
     )
     return ResumeResult(
         outcome=outcome,
@@ -406,13 +528,59 @@ def _insert(
     )
 
 
-def _record(attempt: _Attempt, outcome: ResumeOutcome, reason: str) -> ResumeResult:
+def _record(
+    attempt: _Attempt, outcome: ResumeOutcome, reason: str, *, claim: bool = True
+) -> ResumeResult:
     with transaction() as session:
-        if outcome is ResumeOutcome.DUPLICATE and attempt.key is not None:
-            original = store.original_attempt(session, attempt.key)
-            if original is not None:
-                return _duplicate(session, attempt, original)
-        return _insert(session, attempt, outcome, reason)
+        return _insert(session, attempt, outcome, reason, claim=claim)
+
+
+def _record_repeat(attempt: _Attempt) -> ResumeResult:
+    """After losing the race for the actor's key: answer from the attempt that won it."""
+    with transaction() as session:
+        original = (
+            store.original_attempt(session, attempt.actor_id, attempt.key)
+            if attempt.actor_id is not None and attempt.key is not None
+            else None
+        )
+        if original is None:
+            raise RuntimeError("idempotency key conflict without an original attempt")
+        return _repeat(session, attempt, original)
+
+
+def _capped(reason: str) -> str:
+    return reason if len(reason) <= MAX_REASON else reason[: MAX_REASON - 1] + "…"
+
+
+def _redacted_id(value: str | None, redact: Any) -> str | None:
+    return redact(value) if value is not None else None
+
+
+def _stored_payload(attempt: _Attempt, outcome: ResumeOutcome) -> Any:
+    """The payload as kept: credentials redacted; from anyone unauthenticated, at most 4 KB."""
+    payload = _redact(attempt.payload, attempt.credential)
+    if outcome not in UNTRUSTED_OUTCOMES:
+        return payload
+    text = json.dumps(payload)
+    if len(text) <= MAX_STORED_UNTRUSTED:
+        return payload
+    whole = "sha256:" + hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+    cut = MAX_STORED_UNTRUSTED
+    while True:
+        kept = {"truncated": text[:cut], "chars": len(text), "sha256": whole}
+        if len(json.dumps(kept)) <= MAX_STORED_UNTRUSTED:
+            return kept
+        cut //= 2
+
+
+def _redact(value: Any, credential: Credential) -> Any:
+    if isinstance(value, str):
+        return credential.redact(value)
+    if isinstance(value, list):
+        return [_redact(item, credential) for item in value]
+    if isinstance(value, dict):
+        return {_redact(k, credential): _redact(v, credential) for k, v in value.items()}
+    return value
 
 
 def _first_error(exc: ValidationError) -> str:
@@ -493,19 +661,22 @@ def resume_as_system(
         idempotency_key=f"{actor_id}:{interrupt.id}",
         expires_at=utcnow() + (interrupt.deadline - interrupt.created_at),
     )
+    dumped = contract.model_dump(mode="json")
     attempt = _Attempt(
-        contract.model_dump(mode="json"),
-        interrupt.run_id,
-        interrupt.id,
-        actor_id,
-        contract.idempotency_key,
+        dumped,
+        Credential(None),
+        run_id=interrupt.run_id,
+        interrupt_id=interrupt.id,
+        actor_id=actor_id,
+        key=contract.idempotency_key,
+        payload_hash=payload_hash(dumped),
+        parsed=True,
     )
     try:
         if run is None:
             raise Refusal(ResumeOutcome.STALE, f"no run {interrupt.run_id}")
         _check_binding(contract, interrupt, run)
-        validated = _validate_input(contract, interrupt)
-        submitted = validated.model_dump(mode="json") if validated is not None else {}
+        submitted = _submitted(_validate_input(contract, interrupt))
         # A savepoint here: the sweep goes on with its batch after a lost race.
         with session.begin_nested():
             return _accept(session, contract, submitted, attempt, interrupt, run)

@@ -8,13 +8,13 @@ from typing import TypeVar
 from models import interrupts as store
 from models.contracts import InterruptView, ResumeAttemptView
 from models.db import transaction
-from models.enums import InterruptKind, InterruptStatus
+from models.enums import InterruptKind, InterruptStatus, ResumeOutcome
 from models.errors import InterruptNotFoundError, InvalidInputError
 from models.tables import Interrupt
 from worker.flows import Flow
 
 log = logging.getLogger(__name__)
-E = TypeVar("E", InterruptStatus, InterruptKind)
+E = TypeVar("E", InterruptStatus, InterruptKind, ResumeOutcome)
 
 
 def view(row: Interrupt) -> InterruptView:
@@ -69,8 +69,30 @@ def get_interrupt(interrupt_id: str) -> InterruptView:
 
 
 def list_resume_attempts(
-    interrupt_id: str | None = None, run_id: str | None = None, limit: int = 1000
+    interrupt_id: str | None = None,
+    run_id: str | None = None,
+    limit: int = 1000,
+    *,
+    before: int | None = None,
+    outcome: ResumeOutcome | str | None = None,
 ) -> list[ResumeAttemptView]:
+    """Resume attempts, newest first; pass the last id of a page as ``before`` for the next."""
+    wanted = _member(ResumeOutcome, outcome, "outcome").value if outcome is not None else None
     with transaction(readonly=True) as session:
-        rows = store.list_attempts(session, interrupt_id=interrupt_id, run_id=run_id, limit=limit)
+        rows = store.list_attempts(
+            session,
+            interrupt_id=interrupt_id,
+            run_id=run_id,
+            outcome=wanted,
+            before=before,
+            limit=limit,
+        )
         return [ResumeAttemptView.model_validate(row, from_attributes=True) for row in rows]
+
+
+def count_resume_attempts(
+    run_id: str | None = None, interrupt_id: str | None = None
+) -> dict[str, int]:
+    """How many resume attempts there were, by outcome."""
+    with transaction(readonly=True) as session:
+        return store.count_attempts(session, run_id=run_id, interrupt_id=interrupt_id)

@@ -23,6 +23,7 @@ from models.contracts import (
 from models.db import transaction
 from models.enums import EventKind, RunState
 from models.errors import InvalidInputError, InvalidTransitionError, StaleStateError
+from models.identity import actor_id_problem, normal_actor_id
 from worker import dispatch
 from worker.flows import get_flow
 from worker.interrupts import view as interrupt_view
@@ -56,10 +57,18 @@ def enqueue_run(
             first = exc.errors()[0]
             where = ".".join(str(p) for p in first["loc"]) or "input"
             raise InvalidInputError(detail=f"{where}: {first['msg']}") from None
+        # The model may have turned "inf" or "1e309" into a float no database stores as such.
+        data = _checked_input(flow_name, data)
     if idempotency_key is not None and not 0 < len(idempotency_key) <= MAX_KEY:
         raise InvalidInputError(detail=f"idempotency key must be 1 to {MAX_KEY} characters")
     if budget is not None and (not math.isfinite(budget) or budget < 0):
         raise InvalidInputError(detail="budget must be a non-negative number")
+    if started_by is not None:
+        # Compared with the responder for separation of duties: the same form as actor ids.
+        problem = actor_id_problem(started_by)
+        if problem is not None:
+            raise InvalidInputError(detail=f"started_by: {problem}")
+        started_by = normal_actor_id(started_by)
     if idempotency_key is not None:
         existing = _by_key(idempotency_key, flow_name)
         if existing is not None:

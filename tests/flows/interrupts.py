@@ -12,7 +12,7 @@ import time
 from typing import Any
 
 import redis
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from models.contracts import InterruptView
 from models.errors import InterruptNotFoundError
@@ -259,4 +259,42 @@ def contested(ctx: StepContext) -> str:
 @raced.step()
 def after_approval(ctx: StepContext) -> None:
     count(f"raced:after:{ctx.run_id}")
+    return None
+
+
+# A schema whose own code fails (not a validation error): the gateway's last resort.
+@input_schema("fragile.v1")
+class Fragile(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    note: str = ""
+
+    @field_validator("note")
+    @classmethod
+    def _explode(cls, value: str) -> str:
+        if value == "boom":
+            raise RuntimeError("the schema's own code failed")
+        return value
+
+
+class Measured(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    amount: float = 0.0
+
+
+fragile = Flow("fragile", version=1, input_model=Measured)
+
+
+@fragile.step()
+def ask(ctx: StepContext) -> None:
+    answer = ctx.interrupt(
+        "ask",
+        kind="approval",
+        input=Fragile,
+        authority=["approver"],
+        evidence={"amount": ctx.input.get("amount", 0.0)},
+        expires_in=3600,
+    )
+    ctx.state["note"] = answer.input.note if isinstance(answer.input, Fragile) else None
     return None

@@ -54,7 +54,7 @@ def waiting(db: str, tasks: TaskRecorder) -> Waiting:
 def _last_attempt(interrupt_id: str) -> Any:
     attempts = list_resume_attempts(interrupt_id=interrupt_id)
     assert attempts, "the attempt was not recorded"
-    return attempts[-1]
+    return attempts[0]  # newest first
 
 
 def _attempt(attempt_id: int) -> Any:
@@ -439,7 +439,7 @@ def test_duplicate_returns_the_first_outcome_without_a_second_continuation(
     third = submit_resume(contract, credential)
     assert (third.outcome, third.original_outcome) == ("duplicate", "accepted")
     attempts = list_resume_attempts(interrupt_id=interrupt.id)
-    assert [a.outcome for a in attempts] == ["accepted", "duplicate", "duplicate"]
+    assert [a.outcome for a in attempts] == ["duplicate", "duplicate", "accepted"]  # newest first
     assert all(a.idempotency_key == "the-one-key" for a in attempts)
     # And the run continued exactly once
     assert int(scratch_redis().get(f"raced:after:{run_id}") or 0) == 1

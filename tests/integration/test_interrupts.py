@@ -260,7 +260,7 @@ def test_actor_credential_is_shown_once_and_stored_hashed(db: str) -> None:
     ("actor_id", "roles", "message"),
     [
         ("bad id!", ["approver"], "id may only hold"),
-        ("alice\n", ["approver"], "id may only hold"),
+        ("ali\nce", ["approver"], "id may only hold"),
         ("carol", "approver", "list of strings"),
         ("carol", [], "at least one role"),
         ("carol", ["  "], "at least one role"),
@@ -313,8 +313,8 @@ def test_read_api_filters_and_errors(multi_actors: dict[str, str], tasks: TaskRe
         get_interrupt("nope")
     # Every attempt is listed, by interrupt or by run
     attempts = list_resume_attempts(interrupt_id=legal.id)
-    assert [a.outcome for a in attempts] == ["accepted", "unauthenticated"]
+    assert [a.outcome for a in attempts] == ["unauthenticated", "accepted"]  # newest first
     assert [a.id for a in list_resume_attempts(run_id=first)] == [a.id for a in attempts]
     assert list_resume_attempts(run_id=second) == []
-    assert attempts[0].actor_id == "lee"
-    assert attempts[0].payload["interrupt_id"] == legal.id
+    assert attempts[-1].actor_id == "lee"
+    assert attempts[-1].payload["interrupt_id"] == legal.id

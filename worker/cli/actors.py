@@ -10,7 +10,7 @@ from worker.cli.parser import Parser, Subparsers, group, verb
 
 
 def register(sub: Subparsers, common: Parser) -> None:
-    actors = group(sub, "actors", "add, list and revoke responders; set their roles")
+    actors = group(sub, "actors", "add, list, revoke and rotate responders; set their roles")
 
     add = verb(
         actors, "add", _add, "add a responder and print its credential (once, only now)", common
@@ -22,6 +22,15 @@ def register(sub: Subparsers, common: Parser) -> None:
 
     revoke = verb(actors, "revoke", _revoke, "revoke a responder's credential", common)
     revoke.add_argument("actor_id", metavar="ID")
+
+    rotate = verb(
+        actors,
+        "rotate",
+        _rotate,
+        "issue a new credential for a responder (printed once); the old one stops working now",
+        common,
+    )
+    rotate.add_argument("actor_id", metavar="ID")
 
     roles = verb(actors, "roles", _set_roles, "replace a responder's roles", common)
     roles.add_argument("actor_id", metavar="ID")
@@ -86,6 +95,19 @@ def _revoke(args: argparse.Namespace, out: Output) -> int:
         out.json({"id": args.actor_id, "revoked": True})
     else:
         out.line(f"actor {args.actor_id} revoked: its credential no longer resumes anything")
+    return OK
+
+
+def _rotate(args: argparse.Namespace, out: Output) -> int:
+    from worker import rotate_actor
+
+    secret = rotate_actor(args.actor_id)
+    if out.as_json:
+        out.json({"id": args.actor_id, "credential": secret})
+        return OK
+    out.line(f"actor {args.actor_id}: new credential (the old one no longer works)")
+    out.line(f"credential: {secret}")
+    out.line("Store it now: it will not be shown again.")
     return OK
 
 

@@ -32,7 +32,7 @@ RUN_EXIT: dict[RunState, int] = {
 WAIT_TIMED_OUT = 23
 INTERRUPTED = 130
 
-# A duplicate is a success: the first attempt with that idempotency key already decided.
+# A duplicate exits with the status of the attempt it repeats (see resume_exit).
 RESUME_EXIT: dict[ResumeOutcome, int] = {
     ResumeOutcome.ACCEPTED: OK,
     ResumeOutcome.DUPLICATE: OK,
@@ -44,10 +44,21 @@ RESUME_EXIT: dict[ResumeOutcome, int] = {
     ResumeOutcome.INVALID_INPUT: 15,
     ResumeOutcome.RENEWED_REVIEW_REQUIRED: 16,
     ResumeOutcome.UNKNOWN_SCHEMA: 17,
+    ResumeOutcome.KEY_REUSED: 18,
 }
 
+
+def resume_exit(outcome: ResumeOutcome, original: ResumeOutcome | None = None) -> int:
+    """The exit status of a resume: a duplicate's is the status of the attempt it repeats,
+    so a resubmitted refusal never exits 0."""
+    if outcome is ResumeOutcome.DUPLICATE and original is not None:
+        return RESUME_EXIT[original] if original is not ResumeOutcome.DUPLICATE else OK
+    return RESUME_EXIT[outcome]
+
+
 EPILOG = f"""exit statuses:
-  {OK:<3} success, including a resume that was a duplicate of an earlier attempt
+  {OK:<3} success, including a duplicate of an earlier accepted resume (a duplicate of a
+      refused one exits with that refusal's status)
   {FAILURE:<3} failure (configuration, database, a part that is not available)
   {BAD_INPUT:<3} bad input: a bad argument, bad JSON, an invalid flow input
   {NOT_FOUND:<3} not found: no such run, interrupt, flow or actor

@@ -7,7 +7,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from models.enums import ResumeOutcome
-from worker.cli.exits import BAD_INPUT, RESUME_EXIT, CliError
+from worker.cli.exits import BAD_INPUT, RESUME_EXIT, CliError, resume_exit
 from worker.cli.inputs import TOKEN_ENV, confirm, credential, parse_json, parse_object
 from worker.cli.interrupts import contract
 from worker.cli.lookup import resolve_interrupt
@@ -173,7 +173,7 @@ def _summary(payload: Any) -> list[str]:
 
 
 def _report(result: ResumeResult, payload: Any, out: Output) -> int:
-    status = RESUME_EXIT[result.outcome]
+    status = resume_exit(result.outcome, result.original_outcome)
     if out.as_json:
         out.json({**result.model_dump(mode="json"), "exit_status": status, "contract": payload})
     elif result.outcome is ResumeOutcome.ACCEPTED:
@@ -181,7 +181,7 @@ def _report(result: ResumeResult, payload: Any, out: Output) -> int:
             f"accepted (attempt {result.attempt_id}): {result.reason}; run {result.run_id} "
             "continues"
         )
-    elif result.outcome is ResumeOutcome.DUPLICATE:
+    elif result.outcome is ResumeOutcome.DUPLICATE and status == 0:
         out.line(f"{result.reason}: nothing changed (attempt {result.attempt_id})")
     if status != 0:
         message = f"resume refused ({result.outcome.value}): {result.reason}"

@@ -17,6 +17,8 @@ STATUS = {
     # This process loads no flow that registers the interrupt's schema: a deployment problem
     # (the answer may be accepted by a server that has the flow), not the caller's.
     ResumeOutcome.UNKNOWN_SCHEMA: 503,
+    # The caller's idempotency key was used for another contract: the caller's to fix.
+    ResumeOutcome.KEY_REUSED: 422,
 }
 
 HEADLINE = {
@@ -33,6 +35,8 @@ HEADLINE = {
     "waited, so a new review is required.",
     ResumeOutcome.UNKNOWN_SCHEMA: "Cannot check the answer here: this server does not load the "
     "flow that defines the interrupt's input form. Nothing was changed.",
+    ResumeOutcome.KEY_REUSED: "Key reused: this idempotency key was already used for another "
+    "answer; nothing changed. Submit again with a new key.",
 }
 
 

@@ -1,0 +1,35 @@
+"""Actor ids: the one normal form they are created, stored and compared in.
+
+Two spellings of one person (``Bob``, `` bob ``, a full-width ``bob``) are one id, so
+separation of duties cannot be sidestepped by typing a name differently, and the prefixes
+interlude writes for itself (``system:expiry``) cannot be taken by an actor.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+
+MAX_ACTOR_ID = 200
+ACTOR_ID = re.compile(r"^[a-z0-9_.@:\-]{1,200}$")
+# interlude records its own decisions under these; no actor may look like them.
+RESERVED_PREFIXES = ("system:", "worker:")
+
+
+def normal_actor_id(value: str) -> str:
+    """Trimmed, Unicode NFKC, case-folded: the form ids are stored and compared in."""
+    return unicodedata.normalize("NFKC", value.strip()).casefold()
+
+
+def actor_id_problem(value: object) -> str | None:
+    """Why ``value`` cannot be an actor id (None if it can, once normalised)."""
+    if not isinstance(value, str):
+        return "an actor id must be text"
+    if len(value) > 4 * MAX_ACTOR_ID:
+        return f"an actor id is at most {MAX_ACTOR_ID} characters"
+    normal = normal_actor_id(value)
+    if not ACTOR_ID.fullmatch(normal):
+        return f"an actor id may only hold letters, digits and ._@:- (1 to {MAX_ACTOR_ID})"
+    if normal.startswith(RESERVED_PREFIXES):
+        return f"the prefixes {' and '.join(RESERVED_PREFIXES)} are reserved for interlude"
+    return None
