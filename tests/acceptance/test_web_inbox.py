@@ -181,7 +181,9 @@ def test_accepted_then_duplicate_then_stale_in_words(
     assert wait_finished(run_id) == "succeeded"
     assert get_run(run_id).output["comment"] == "go"
     # The same form sent twice is a duplicate; another session's answer is stale
-    assert "Duplicate" in _words(alice.answer(interrupt.id, form, comment="go").text)
+    assert "Duplicate" in _words(
+        alice.answer(interrupt.id, form, comment="go", amount_limit="5").text
+    )
     stale = again.answer(interrupt.id, other_form, comment="me too")
     assert stale.status_code == 409
     assert "Stale" in _words(stale.text)
