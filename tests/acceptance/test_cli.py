@@ -238,14 +238,14 @@ def test_an_operator_resumes_through_every_outcome(cli: Cli, tmp_path: Path) -> 
     story = cli.json("runs", "show", run_id)
     story_text = cli.ok("runs", "show", run_id).stdout
     outcomes = [a["outcome"] for a in story["resume_attempts"]]
-    assert outcomes == [
-        "malformed",
-        "unauthenticated",
-        "stale",
-        "expired",
-        "denied",
-        "accepted",
+    assert outcomes == [  # newest first
         "duplicate",
+        "accepted",
+        "denied",
+        "expired",
+        "stale",
+        "unauthenticated",
+        "malformed",
     ]
     assert (story["run"]["state"], story["run"]["started_by"]) == ("succeeded", "ops")
     assert ("human:alice", "accept_resume") in {(e["actor"], e["trigger"]) for e in story["events"]}
@@ -332,9 +332,9 @@ def test_renewed_review_keeps_the_input_and_effects_show_in_the_timeline(
     story = cli.json("runs", "show", run_id)
     assert [(e["name"], e["status"]) for e in story["effects"]] == [("book", "applied")]
     assert [i["status"] for i in story["interrupts"]] == ["superseded", "resolved"]
-    assert [a["outcome"] for a in story["resume_attempts"]] == [
-        "renewed_review_required",
+    assert [a["outcome"] for a in story["resume_attempts"]] == [  # newest first
         "accepted",
+        "renewed_review_required",
     ]
     cli.assert_secret_shown_only(secret)
 
