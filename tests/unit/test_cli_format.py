@@ -134,7 +134,7 @@ def test_every_verb_has_help(capsys: pytest.CaptureFixture[str]) -> None:
         "interrupts list",
         "interrupts show",
         "resume",
-        *(f"actors {v}" for v in ("add", "list", "revoke", "roles")),
+        *(f"actors {v}" for v in ("add", "list", "revoke", "rotate", "roles")),
         *(f"db {v}" for v in ("upgrade", "current", "history", "check")),
         "flows list",
         "flows check",
