@@ -15,8 +15,7 @@ from models.contracts import InterruptView, evidence_hash, legacy_json
 from models.db import get_engine, transaction, utcnow
 from models.errors import ActorError, ActorExistsError, InvalidInputError
 from models.tables import Actor, Interrupt, ResumeAttempt
-from tests.resumes import contract_for, snapshot, wait_finished, wait_pending
-from tests.services import WorkerProcess
+from tests.resumes import contract_for, drain_finished, drain_pending, snapshot
 from worker import (
     add_actor,
     enqueue_run,
@@ -27,6 +26,7 @@ from worker import (
 )
 from worker.actors import authenticate, rotate_actor
 from worker.gateway import MAX_REASON, MAX_STORED_UNTRUSTED
+from worker.testing import TaskRecorder
 
 
 @dataclass
@@ -37,10 +37,10 @@ class Waiting:
 
 
 @pytest.fixture()
-def waiting(db: str, shared_worker: WorkerProcess) -> Waiting:
+def waiting(db: str, tasks: TaskRecorder) -> Waiting:
     credential = add_actor("alice", ["approver"])
     run_id = enqueue_run("approval", {"env": "prod", "diff": "d-1"})
-    return Waiting(run_id, wait_pending(run_id), credential)
+    return Waiting(run_id, drain_pending(run_id), credential)
 
 
 def _row(attempt_id: int) -> ResumeAttempt:
@@ -56,12 +56,12 @@ def _row(attempt_id: int) -> ResumeAttempt:
 
 @pytest.mark.parametrize("amount", ["inf", "Infinity", "1e309", "1E400"])
 def test_a_non_finite_number_in_a_float_field_is_invalid_input(
-    db: str, shared_worker: WorkerProcess, amount: str
+    db: str, tasks: TaskRecorder, amount: str
 ) -> None:
     # Given a budget interrupt (budget.v1 has a float field, units)
     credential = add_actor("alice", ["operator"])
     run_id = enqueue_run("metered", {"costs": [11]})
-    interrupt = wait_pending(run_id)
+    interrupt = drain_pending(run_id)
     before = snapshot(run_id)
     # When a grant of infinity is submitted
     result = submit_resume(contract_for(interrupt, "alice", input={"units": amount}), credential)
@@ -79,12 +79,12 @@ def test_a_run_input_that_becomes_infinite_is_refused(db: str) -> None:
 
 
 def test_an_unforeseen_error_is_a_recorded_refusal_without_the_credential(
-    db: str, shared_worker: WorkerProcess, caplog: pytest.LogCaptureFixture
+    db: str, tasks: TaskRecorder, caplog: pytest.LogCaptureFixture
 ) -> None:
     # Given an interrupt whose input schema's own code raises (not a validation error)
     credential = add_actor("alice", ["approver"])
     run_id = enqueue_run("fragile", {})
-    interrupt = wait_pending(run_id)
+    interrupt = drain_pending(run_id)
     before = snapshot(run_id)
     # When input that triggers it is submitted
     with caplog.at_level(logging.ERROR, logger="worker.gateway"):
@@ -111,11 +111,11 @@ def test_an_unforeseen_error_is_a_recorded_refusal_without_the_credential(
 
 
 def test_separation_of_duties_denies_when_the_run_has_no_starter(
-    db: str, shared_worker: WorkerProcess
+    db: str, tasks: TaskRecorder
 ) -> None:
     bob = add_actor("bob", ["approver"])
     run_id = enqueue_run("guarded", {})
-    interrupt = wait_pending(run_id)
+    interrupt = drain_pending(run_id)
     result = submit_resume(contract_for(interrupt, "bob"), bob)
     assert result.outcome == "denied"
     assert "no recorded starter" in result.reason
@@ -124,12 +124,12 @@ def test_separation_of_duties_denies_when_the_run_has_no_starter(
 
 @pytest.mark.parametrize("starter", ["Bob", " bob ", "\uff42\uff4f\uff42"])
 def test_the_starter_is_compared_in_the_actor_ids_normal_form(
-    db: str, shared_worker: WorkerProcess, starter: str
+    db: str, tasks: TaskRecorder, starter: str
 ) -> None:
     bob = add_actor("bob", ["approver"])
     run_id = enqueue_run("guarded", {}, started_by=starter)
     assert get_run(run_id).started_by == "bob"
-    interrupt = wait_pending(run_id)
+    interrupt = drain_pending(run_id)
     for who in ("bob", "BOB"):
         result = submit_resume(contract_for(interrupt, who), bob)
         assert result.outcome == "denied", result.reason
@@ -227,12 +227,10 @@ def test_a_bad_credential_learns_nothing_about_a_used_key(waiting: Waiting) -> N
     assert probe.original_outcome is None
 
 
-def test_a_key_repointed_at_another_interrupt_is_key_reused(
-    db: str, shared_worker: WorkerProcess
-) -> None:
+def test_a_key_repointed_at_another_interrupt_is_key_reused(db: str, tasks: TaskRecorder) -> None:
     credential = add_actor("alice", ["approver"])
-    first = wait_pending(enqueue_run("approval", {"env": "prod"}))
-    second = wait_pending(enqueue_run("approval", {"env": "prod"}))
+    first = drain_pending(enqueue_run("approval", {"env": "prod"}))
+    second = drain_pending(enqueue_run("approval", {"env": "prod"}))
     assert submit_resume(contract_for(first, "alice", key="k"), credential).accepted
     result = submit_resume(contract_for(second, "alice", key="k"), credential)
     assert result.outcome == "key_reused"
@@ -348,4 +346,4 @@ def test_an_interrupt_hashed_before_rfc8785_keeps_validating(waiting: Waiting) -
     # Then the contract a responder built from it then is accepted
     contract = contract_for(waiting.interrupt, "alice", evidence_hash=old_hash)
     assert submit_resume(contract, waiting.credential).accepted
-    assert wait_finished(waiting.run_id) == "succeeded"
+    assert drain_finished(waiting.run_id) == "succeeded"
