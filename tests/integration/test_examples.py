@@ -230,6 +230,7 @@ def test_deploy_gate_rejection_deploys_nothing(tasks: TaskRecorder) -> None:
     run_id = enqueue_run(
         "deploy_gate",
         {"service": "search", "environment": "staging", "version": "2.0.0", "diff": DIFF},
+        started_by="dev.kim",
     )
     interrupt = waiting_on(run_id)
     result = submit_resume(contract(interrupt, "rm.ortiz", decision="rejected"), manager)
