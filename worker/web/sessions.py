@@ -34,7 +34,7 @@ class SessionData:
 class Backend(Protocol):
     def put(self, key: str, value: str, ttl: int) -> None: ...
     def get(self, key: str) -> str | None: ...
-    def delete(self, key: str) -> None: ...
+    def forget(self, key: str) -> None: ...
 
 
 class MemoryBackend:
@@ -57,7 +57,7 @@ class MemoryBackend:
             return None
         return found[1]
 
-    def delete(self, key: str) -> None:
+    def forget(self, key: str) -> None:
         with self._lock:
             self._items.pop(key, None)
 
@@ -75,7 +75,7 @@ class RedisBackend:
         value: Any = self._client.get(key)
         return value.decode() if isinstance(value, bytes) else None
 
-    def delete(self, key: str) -> None:
+    def forget(self, key: str) -> None:
         self._client.delete(key)
 
 
@@ -138,4 +138,4 @@ class SessionStore:
 
     def end(self, cookie: str | None) -> None:
         if cookie:
-            self.backend.delete(self._key(cookie.partition(".")[0]))
+            self.backend.forget(self._key(cookie.partition(".")[0]))
