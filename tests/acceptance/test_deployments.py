@@ -62,7 +62,7 @@ def _cli(
 def _start(db: str, flow: str, payload: dict[str, Any]) -> str:
     done = _cli(db, V1, "runs", "start", flow, "--input", json.dumps(payload), "--json")
     assert done.returncode == 0, done.stderr
-    run_id: str = json.loads(done.stdout)["run_id"]
+    run_id: str = json.loads(done.stdout)["id"]
     return run_id
 
 
