@@ -46,9 +46,8 @@ def publishing_to(url: str) -> Iterator[None]:
 
 def _forget_connections() -> None:
     # The app keeps a connection pool and a producer pool built for the URL it had then;
-    # Celery drops both the same way after a fork.
-    if app._pool is not None:
-        app._pool.force_close_all()
+    # Celery drops both the same way after a fork. They are not closed: kombu keeps them in a
+    # registry per broker, and hands the same ones back when the app returns to that broker.
     app._pool = None
     app.amqp._producer_pool = None
 
