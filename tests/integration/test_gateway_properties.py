@@ -129,7 +129,13 @@ def _submit_and_check(stage: Stage, contract: Any, credential: Any) -> ResumeRes
     row = _recorded(result)
     assert row.outcome == result.outcome
     if isinstance(contract, dict) and _json_clean(contract):
-        assert _numbers_as_floats(row.payload) == _numbers_as_floats(contract)
+        submitted = json.dumps(contract)
+        if isinstance(credential, str) and len(credential) >= 8 and credential in submitted:
+            # A credential inside the submission is redacted wherever it is stored (the
+            # fuzzer sometimes draws the same text for a field and for the credential).
+            assert credential not in json.dumps(row.payload)
+        else:
+            assert _numbers_as_floats(row.payload) == _numbers_as_floats(contract)
     after = _world()
     # ... and no run moved, unless this attempt was accepted and then only the one it named.
     if result.accepted:
