@@ -8,7 +8,6 @@ process finishes it.
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
@@ -16,7 +15,8 @@ from typing import Any
 
 from sqlalchemy import select
 
-from models.db import transaction, utcnow
+from models.contracts import ResumeContract
+from models.db import transaction
 from models.tables import Event, Run
 from tests.flows.effects import applied, calls, outside, receipt_of
 from tests.services import WorkerProcess, wait_for
@@ -103,19 +103,9 @@ def test_killed_at_every_point_of_an_effect_applies_it_exactly_once(
 
 def _resolve(interrupt: Any, credential: str, finding: dict[str, Any]) -> bool:
     result = submit_resume(
-        {
-            "schema_version": "resume.v1",
-            "run_id": interrupt.run_id,
-            "checkpoint_id": interrupt.checkpoint_id,
-            "interrupt_id": interrupt.id,
-            "actor": {"type": "human", "id": "night-operator"},
-            "decision": "approved",
-            "input": finding,
-            "scope": interrupt.scope,
-            "evidence_hash": interrupt.evidence_hash,
-            "idempotency_key": uuid.uuid4().hex,
-            "expires_at": (utcnow() + timedelta(hours=1)).isoformat(),
-        },
+        ResumeContract.for_interrupt(
+            interrupt, actor="night-operator", input=finding, expires_in=timedelta(hours=1)
+        ),
         credential,
     )
     return result.accepted

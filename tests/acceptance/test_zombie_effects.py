@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import signal
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta
 from typing import Any
@@ -20,6 +19,7 @@ from typing import Any
 import pytest
 from sqlalchemy import select
 
+from models.contracts import ResumeContract
 from models.db import transaction, utcnow
 from models.tables import Interrupt, Run
 from tests.acceptance.brokers import publishing_to
@@ -138,19 +138,9 @@ def _repair_created(run_id: str) -> datetime:
 
 def _answer(interrupt: Any, credential: str, finding: dict[str, Any]) -> None:
     result = submit_resume(
-        {
-            "schema_version": "resume.v1",
-            "run_id": interrupt.run_id,
-            "checkpoint_id": interrupt.checkpoint_id,
-            "interrupt_id": interrupt.id,
-            "actor": {"type": "human", "id": "night-operator"},
-            "decision": "approved",
-            "input": finding,
-            "scope": interrupt.scope,
-            "evidence_hash": interrupt.evidence_hash,
-            "idempotency_key": uuid.uuid4().hex,
-            "expires_at": (utcnow() + timedelta(hours=1)).isoformat(),
-        },
+        ResumeContract.for_interrupt(
+            interrupt, actor="night-operator", input=finding, expires_in=timedelta(hours=1)
+        ),
         credential,
     )
     assert result.accepted, result
