@@ -21,6 +21,8 @@ DEFAULT_REDISPATCH_AFTER = 30.0
 DEFAULT_SWEEP_BATCH = 200
 DEFAULT_PAUSE_EXPIRES_IN = 7 * 24 * 3600.0
 DEFAULT_WEB_HOST = "127.0.0.1"
+# Metrics name flows and interrupt kinds: served to this machine only unless asked.
+DEFAULT_METRICS_HOST = "127.0.0.1"
 DEFAULT_WEB_PORT = 8000
 # Refused resume and sign-in attempts allowed before 429 (``limits`` notation).
 DEFAULT_WEB_CLIENT_LIMIT = "30/minute"
@@ -55,6 +57,8 @@ class Settings(BaseSettings):
     sweep_batch: int = DEFAULT_SWEEP_BATCH
     pause_expires_in: float = DEFAULT_PAUSE_EXPIRES_IN
     metrics_port: int = 0
+    # Where `interlude metrics` and a worker with a metrics port listen (0.0.0.0: every interface).
+    metrics_host: str = DEFAULT_METRICS_HOST
     # Worker and beat log lines: "text" (run, flow and step appended) or "json" (one object each).
     log_format: Literal["text", "json"] = "text"
     # Connections each process keeps open to the database; by default, enough for one step per

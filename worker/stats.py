@@ -24,7 +24,6 @@ from models.settings import get_settings
 
 log = logging.getLogger(__name__)
 
-METRICS_ADDRESS = "0.0.0.0"
 UP_HELP = "1 when the statistics could be read from the database, else 0"
 
 
@@ -170,16 +169,20 @@ def metrics_registry() -> Any:
     return registry
 
 
-def start_metrics_server(port: int, address: str = METRICS_ADDRESS) -> tuple[Any, threading.Thread]:
-    """Serve ``/metrics`` on ``port`` from a daemon thread; returns (server, thread)."""
+def start_metrics_server(port: int, address: str | None = None) -> tuple[Any, threading.Thread]:
+    """Serve ``/metrics`` on ``port`` from a daemon thread; returns (server, thread).
+
+    ``address`` defaults to ``INTERLUDE_METRICS_HOST`` (127.0.0.1: this machine only).
+    """
     from prometheus_client import start_http_server
 
+    address = get_settings().metrics_host if address is None else address
     server, thread = start_http_server(port, addr=address, registry=metrics_registry())
-    log.info("metrics on port %d", port, extra={"action": "metrics_started"})
+    log.info("metrics on %s:%d", address, port, extra={"action": "metrics_started"})
     return server, thread
 
 
-def serve_metrics(port: int, address: str = METRICS_ADDRESS) -> None:
+def serve_metrics(port: int, address: str | None = None) -> None:
     """Serve the Prometheus exporter on ``port`` until interrupted (``interlude metrics``)."""
     server, thread = start_metrics_server(port, address)
     try:

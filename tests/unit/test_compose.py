@@ -1,4 +1,6 @@
-"""docker-compose.yml only runs things this project has: its image, commands and settings."""
+"""docker-compose.yml only runs things this project has: its image, commands and settings; and
+it exposes nothing by default: secrets come from .env, Flower asks for a password, published
+ports listen on 127.0.0.1."""
 
 from __future__ import annotations
 
@@ -18,12 +20,64 @@ from models.settings import Settings
 ROOT = Path(__file__).resolve().parents[2]
 SERVICES = {"redis", "postgres", "migrate", "worker", "beat", "flower", "metrics", "web"}
 OUR_SERVICES = SERVICES - {"redis", "postgres"}
+# Compose's interpolation: ${VAR}, ${VAR:-default}, ${VAR-default}, ${VAR:?error}, ${VAR?error}.
+REFERENCE = re.compile(r"\$\{(?P<name>\w+)(?:(?P<op>:?[-?])(?P<arg>[^}]*))?\}")
+REQUIRED = re.compile(r"^\$\{(?P<name>\w+):\?[^}]+\}$")
+SECRET_NAME = re.compile(r"PASSWORD|SECRET|TOKEN|BASIC_AUTH|CREDENTIAL|_KEY$")
+URL_PASSWORD = re.compile(r"^[a-z][a-z0-9+.\-]*://[^:/@]+:(?P<password>.+)@[^@]+$")
+
+
+class Missing(Exception):
+    """A variable compose requires (``${VAR:?...}``) is not set: compose refuses to start."""
+
+
+def interpolate(text: str, env: dict[str, str]) -> str:
+    """``text`` as compose resolves it with ``env`` (the .env file)."""
+
+    def value(match: re.Match[str]) -> str:
+        name, op, arg = match["name"], match["op"], match["arg"]
+        given = env.get(name)
+        if op in (":-", ":?") and not given:
+            given = None
+        if given is not None:
+            return given
+        if op is not None and op.endswith("?"):
+            raise Missing(f"{name}: {arg}")
+        return arg if op is not None else ""
+
+    return REFERENCE.sub(value, text.replace("$$", "\0")).replace("\0", "$")
+
+
+def env_file(path: Path) -> dict[str, str]:
+    """``NAME=value`` lines of an env file (comments and blank lines skipped)."""
+    lines = [line.strip() for line in path.read_text().splitlines()]
+    pairs = [line.split("=", 1) for line in lines if line and not line.startswith("#")]
+    return {name.strip(): value.strip() for name, value in pairs}
 
 
 @pytest.fixture(scope="module")
 def compose() -> dict[str, Any]:
     loaded: dict[str, Any] = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
     return loaded
+
+
+@pytest.fixture(scope="module")
+def example() -> dict[str, str]:
+    """The committed .env.example: what an operator copies to .env."""
+    return env_file(ROOT / ".env.example")
+
+
+def published(service: dict[str, Any], env: dict[str, str]) -> list[tuple[str, str, str]]:
+    """(host address, host port, container port) of each port the service publishes."""
+    found = []
+    for entry in service.get("ports", []):
+        if isinstance(entry, dict):
+            found.append((entry.get("host_ip", ""), str(entry["published"]), str(entry["target"])))
+            continue
+        parts = interpolate(str(entry), env).rsplit(":", 2)
+        host, port, target = [""] * (3 - len(parts)) + parts
+        found.append((host, port, target))
+    return found
 
 
 def command_of(service: dict[str, Any]) -> list[str]:
@@ -87,7 +141,12 @@ def test_settings_in_the_stack_are_ones_interlude_reads(compose: dict[str, Any])
             assert (ROOT / Path(*module.split(".")).with_suffix(".py")).is_file(), module
     metrics = compose["services"]["metrics"]
     port = command_of(metrics)[command_of(metrics).index("--port") + 1]
-    assert f"{port}:{port}" in metrics["ports"]
+    assert ("127.0.0.1", port, port) in published(metrics, {})
+    # In its container it listens on every interface, so the published port reaches it.
+    listens = metrics["environment"].get("INTERLUDE_METRICS_HOST")
+    if "--host" in command_of(metrics):
+        listens = command_of(metrics)[command_of(metrics).index("--host") + 1]
+    assert listens == "0.0.0.0"
 
 
 def test_the_web_inbox_listens_on_its_published_port(compose: dict[str, Any]) -> None:
@@ -97,7 +156,7 @@ def test_the_web_inbox_listens_on_its_published_port(compose: dict[str, Any]) ->
     # Reachable from outside its container, on the port the stack publishes.
     assert env["INTERLUDE_WEB_HOST"] == "0.0.0.0"
     port = env["INTERLUDE_WEB_PORT"]
-    assert f"{port}:{port}" in web["ports"]
+    assert ("127.0.0.1", port, port) in published(web, {})
     assert f":{port}" in env["INTERLUDE_WEB_BASE_URL"]
     assert f":{port}/healthz" in " ".join(web["healthcheck"]["test"])
 
@@ -112,11 +171,11 @@ def test_the_migration_runs_before_the_processes(compose: dict[str, Any]) -> Non
 
 @pytest.mark.parametrize("name", sorted(OUR_SERVICES))
 def test_every_command_is_one_the_project_has(
-    compose: dict[str, Any], name: str, tmp_path: Path
+    compose: dict[str, Any], example: dict[str, str], name: str, tmp_path: Path
 ) -> None:
     service = compose["services"][name]
     command = command_of(service)
-    env = {k: str(v) for k, v in service["environment"].items()}
+    env = {k: interpolate(str(v), example) for k, v in service["environment"].items()}
     if command[0] == "interlude":
         # The console script is declared, and the verb exists (argparse refuses unknown verbs).
         scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
@@ -130,3 +189,75 @@ def test_every_command_is_one_the_project_has(
         result = run_help([sys.executable, "-m", "celery", *command[1:]], env, tmp_path)
     assert result.returncode == 0, result.stderr
     assert "usage" in result.stdout.lower()
+
+
+def test_published_ports_listen_on_this_machine_unless_the_env_file_says(
+    compose: dict[str, Any],
+) -> None:
+    ports = {
+        name: published(service, {})
+        for name, service in compose["services"].items()
+        if service.get("ports")
+    }
+    assert set(ports) == {"flower", "metrics", "web"}
+    for name, found in ports.items():
+        for host, port, _target in found:
+            assert host == "127.0.0.1", f"{name} publishes {port} on {host or 'every interface'}"
+    # One setting in .env opens them all, deliberately.
+    opened = published(compose["services"]["flower"], {"PUBLISH_HOST": "0.0.0.0"})
+    assert opened == [("0.0.0.0", "5555", "5555")]
+
+
+def test_flower_asks_for_the_password_of_the_env_file(
+    compose: dict[str, Any], example: dict[str, str]
+) -> None:
+    flower = compose["services"]["flower"]
+    command = command_of(flower)
+    given = [part.split("=", 1)[1] for part in command if part.startswith("--basic-auth=")]
+    env = flower["environment"]
+    value = given[0] if given else env.get("FLOWER_BASIC_AUTH")
+    assert value is not None, "Flower runs without authentication"
+    # Written nowhere in the compose file: required from .env, so a missing one stops compose.
+    required = REQUIRED.match(str(value))
+    assert required is not None, f"Flower's credentials are written in the compose file: {value}"
+    with pytest.raises(Missing):
+        interpolate(str(value), {})
+    user, _, password = interpolate(str(value), example).partition(":")
+    assert user and password, "FLOWER_BASIC_AUTH in .env.example is not user:password"
+    assert "FLOWER_UNAUTHENTICATED_API" not in env
+
+
+def test_no_secret_is_written_in_the_compose_file(
+    compose: dict[str, Any], example: dict[str, str]
+) -> None:
+    needed: set[str] = set()
+    for name, service in compose["services"].items():
+        assert "env_file" not in service or service["env_file"] == ".env", name
+        for key, raw in (service.get("environment") or {}).items():
+            value = str(raw)
+            url = URL_PASSWORD.match(value)
+            if SECRET_NAME.search(key):
+                secret = REQUIRED.match(value)
+            elif url is not None:
+                secret = REQUIRED.match(url["password"])
+            else:
+                continue
+            assert secret is not None, f"{name}: {key} is written in the compose file"
+            needed.add(secret["name"])
+    assert {"POSTGRES_PASSWORD", "FLOWER_BASIC_AUTH"} <= needed
+    # Every secret the stack needs is one the example names; the real .env is never committed.
+    assert needed <= set(example), sorted(needed - set(example))
+    assert ".env" in (ROOT / ".gitignore").read_text().split()
+    assert ".env" in (ROOT / ".dockerignore").read_text().split()
+    # The processes reach PostgreSQL with the very password PostgreSQL was given.
+    url = interpolate(
+        compose["services"]["worker"]["environment"]["INTERLUDE_DATABASE_URL"], example
+    )
+    postgres = compose["services"]["postgres"]["environment"]["POSTGRES_PASSWORD"]
+    assert f":{interpolate(postgres, example)}@postgres:" in url
+
+
+def test_metrics_listen_on_this_machine_unless_configured(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert Settings.model_fields["metrics_host"].default == "127.0.0.1"
+    monkeypatch.setenv("INTERLUDE_METRICS_HOST", "0.0.0.0")
+    assert Settings().metrics_host == "0.0.0.0"

@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import socket
 from typing import Any
 
 import pytest
@@ -127,3 +128,30 @@ def test_the_payload_hash_ignores_only_the_expiry() -> None:
     assert payload_hash(contract) == payload_hash(later)
     assert payload_hash(contract) != payload_hash({**contract, "interrupt_id": "j"})
     assert payload_hash(contract) != payload_hash({**contract, "input": {"a": 2}})
+
+
+@pytest.mark.parametrize("configured", [None, "0.0.0.0"], ids=["default", "configured"])
+def test_metrics_listen_where_interlude_metrics_host_says(
+    configured: str | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given INTERLUDE_METRICS_HOST unset (or set), as a worker with a metrics port sees it
+    from models.settings import reset_settings
+    from worker.stats import start_metrics_server
+
+    if configured is None:
+        monkeypatch.delenv("INTERLUDE_METRICS_HOST", raising=False)
+    else:
+        monkeypatch.setenv("INTERLUDE_METRICS_HOST", configured)
+    reset_settings()
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    # When the exporter starts without an address (as the worker's does)
+    server, _thread = start_metrics_server(port)
+    try:
+        # Then it listens on this machine only, unless the setting opened it
+        assert server.server_address[0] == (configured or "127.0.0.1")
+    finally:
+        server.shutdown()
+        server.server_close()
+        reset_settings()

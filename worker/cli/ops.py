@@ -16,8 +16,6 @@ from worker.cli.output import Output, compact, flatten, format_age, jsonable, no
 from worker.cli.parser import Parser, Subparsers, group, verb
 
 MAX_PORT = 65535
-# Only this machine, unless asked: the figures name flows and interrupt kinds.
-DEFAULT_METRICS_HOST = "127.0.0.1"
 
 
 def register(sub: Subparsers, common: Parser) -> None:
@@ -42,8 +40,8 @@ def register(sub: Subparsers, common: Parser) -> None:
     metrics.add_argument(
         "--host",
         metavar="H",
-        default=DEFAULT_METRICS_HOST,
-        help="the address to listen on (0.0.0.0: every interface, as in a container)",
+        help="the address to listen on (default INTERLUDE_METRICS_HOST, else 127.0.0.1; "
+        "0.0.0.0: every interface, as in a container)",
     )
     verb(
         sub,
@@ -159,10 +157,13 @@ def _stats(args: argparse.Namespace, out: Output) -> int:
 
 
 def _metrics(args: argparse.Namespace, out: Output) -> int:
+    from models.settings import get_settings
+
     serve = _function("worker.stats", "serve_metrics", "metrics")
-    note(f"serving Prometheus metrics on {args.host}:{args.port} at /metrics (Ctrl-C stops)")
+    host = args.host if args.host is not None else get_settings().metrics_host
+    note(f"serving Prometheus metrics on {host}:{args.port} at /metrics (Ctrl-C stops)")
     try:
-        serve(args.port, args.host)
+        serve(args.port, host)
     except KeyboardInterrupt:
         return OK  # Ctrl-C is how a foreground exporter is meant to stop
     except OSError as exc:
