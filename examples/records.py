@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import threading
 
-from sqlalchemy import JSON, Column, Float, Integer, MetaData, String, Table
+from sqlalchemy import JSON, Column, Float, Integer, MetaData, String, Table, inspect
 
-from models.db import get_engine
+from models.db import get_engine, transaction
 from models.dialects import Timestamp
 
 metadata = MetaData()
@@ -72,16 +72,24 @@ _ready: set[str] = set()
 
 
 def ensure_tables() -> None:
-    """Create the examples' tables in the configured database if they are missing."""
+    """Create the examples' tables in the configured database if they are missing.
+
+    It looks before it writes: a revalidator reads the records inside the gateway's
+    transaction, and on SQLite a write transaction here would wait for that transaction's
+    own write lock until the busy timeout (the resume then fails as a renewed review).
+    """
     engine = get_engine()
     url = engine.url.render_as_string(hide_password=False)
     with _lock:
         if url in _ready:
             return
-        with engine.begin() as conn:
-            if conn.dialect.name == "postgresql":
-                conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({_CREATE_LOCK})")
-            metadata.create_all(conn, checkfirst=True)
+        with transaction(readonly=True) as session:
+            present = set(inspect(session.connection()).get_table_names())
+        if not present.issuperset(metadata.tables):
+            with engine.begin() as conn:
+                if conn.dialect.name == "postgresql":
+                    conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({_CREATE_LOCK})")
+                metadata.create_all(conn, checkfirst=True)
         _ready.add(url)
 
 

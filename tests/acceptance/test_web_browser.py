@@ -95,13 +95,7 @@ def test_a_person_answers_in_the_browser_and_a_second_session_sees_stale(
     web_server: WebServer,
     new_browser: Callable[[], WebDriver],
     tmp_path: Path,
-    request: pytest.FixtureRequest,
 ) -> None:
-    if db.startswith("sqlite"):
-        # Known bug, open in issue 14's note: on SQLite, since the RFC 8785 evidence hashes
-        # (issue 11 K), the inbox's approval is answered renewed_review_required although the
-        # request did not change. It still runs, and reports XPASS once fixed.
-        request.applymarker(pytest.mark.xfail(strict=False, reason="renewed review on SQLite"))
     # Given a purchase request waiting for an engineer's certificate
     credential = add_actor("ada", ["engineer"])
     request_id = f"PR-{uuid.uuid4().hex[:6]}"
@@ -121,7 +115,8 @@ def test_a_person_answers_in_the_browser_and_a_second_session_sees_stale(
     assert first.save_screenshot(str(screenshot))
     first.find_element(By.ID, "approve").click()
     # Then she reads "accepted", and the run finishes with her certificate
-    assert first.find_element(By.ID, "outcome").text.startswith("Accepted")
+    outcome = first.find_element(By.ID, "outcome").text
+    assert outcome.startswith("Accepted"), (outcome, first.find_element(By.ID, "reason").text)
     assert "The run is now" in first.find_element(By.ID, "run-state").text
     assert wait_finished(run_id) == "succeeded"
     state = get_run(run_id).flow_state

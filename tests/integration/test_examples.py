@@ -119,6 +119,28 @@ def test_procurement_renewed_review_then_one_order(tasks: TaskRecorder) -> None:
     assert counter(run_id, "effect_skipped") == 1
 
 
+def test_procurement_unchanged_request_is_accepted_by_a_process_new_to_its_tables(
+    tasks: TaskRecorder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a purchase request waiting for a certificate, and not changed since
+    engineer = add_actor("eng.ada", ["engineer"])
+    request_id = f"PR-{uuid.uuid4().hex[:8]}"
+    procurement.submit_request(request_id, f"acme-valves-{request_id.lower()}", ITEMS)
+    run_id = enqueue_run("procurement", {"request_id": request_id})
+    waiting = waiting_on(run_id)
+    # And a process that has not used the examples' tables yet (a fresh `interlude serve`):
+    # its revalidator, reading the request inside the gateway's transaction, checks them first
+    monkeypatch.setattr(records, "_ready", set())
+    # When the engineer certifies the request she was shown
+    result = submit_resume(contract(waiting, "eng.ada", input=CERTIFICATE), engineer)
+    # Then it is accepted (on SQLite it was a renewed review: checking the tables took the write
+    # lock the gateway's own transaction held, until the busy timeout)
+    assert result.outcome == "accepted", result.reason
+    assert get_interrupt(waiting.id).status == "resolved"
+    assert finished(run_id) == "succeeded", get_run(run_id).error
+    assert len(procurement.orders_for(request_id)) == 1
+
+
 def test_procurement_sanctioned_supplier_finishes_without_waiting(tasks: TaskRecorder) -> None:
     # Given a request from a sanctioned supplier
     request_id = f"PR-{uuid.uuid4().hex[:8]}"
