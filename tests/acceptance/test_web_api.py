@@ -14,8 +14,10 @@ from typing import Any
 
 import httpx
 import pytest
+from sqlalchemy import update
 
-from models.db import utcnow
+from models.db import transaction, utcnow
+from models.tables import Interrupt
 from tests.flows.interrupts import scratch_redis
 from tests.resumes import wait_finished, wait_pending
 from tests.services import WorkerProcess
@@ -187,6 +189,34 @@ def test_each_refusal_has_its_status_and_is_recorded(api: Api, case: str) -> Non
         result["reason"],
         contract,
     )
+    assert get_run(run_id).state == "waiting"
+
+
+def test_the_later_refusals_have_their_own_status_and_are_recorded(api: Api) -> None:
+    # Given a waiting run, and a refused answer under a key
+    run_id = enqueue_run("approval", {"env": "prod"})
+    interrupt = wait_pending(run_id)
+    template = api.template(interrupt.id)
+    refused = api.resume({**template, "input": {"amount_limit": "lots"}}, "alice")
+    assert refused.status_code == 422, refused.text
+    # When another contract comes under the same key, it is key_reused: 422, the caller's to fix
+    reused = api.resume({**template, "input": {"comment": "fixed"}}, "alice")
+    assert reused.status_code == 422, reused.text
+    assert reused.json()["outcome"] == "key_reused"
+    assert _attempt(reused.json()["attempt_id"]).outcome == "key_reused"
+    # When the interrupt's schema is one this server loads no flow for, it is unknown_schema:
+    # 503, a deployment problem and not the caller's
+    with transaction() as session:
+        session.execute(
+            update(Interrupt)
+            .where(Interrupt.id == interrupt.id)
+            .values(schema_name="retired-approval")
+        )
+    unknown = api.resume({**template, "idempotency_key": "other"}, "alice")
+    assert unknown.status_code == 503, unknown.text
+    assert unknown.json()["outcome"] == "unknown_schema"
+    assert _attempt(unknown.json()["attempt_id"]).outcome == "unknown_schema"
+    # Then nothing moved
     assert get_run(run_id).state == "waiting"
 
 
