@@ -90,5 +90,12 @@ class EffectError(InterludeError):
     """effect {name!r} of run {run_id}: {detail}"""
 
 
+class StepFailedError(InterludeError):
+    """run {run_id}: step {flow}:{step} failed (attempt {attempt}): {error}"""
+
+    # Raised by the Celery task once the failure is committed, so that Flower and the worker's
+    # log see the task fail; the run's own record of the failure is the truth.
+
+
 class BudgetRejectedError(InterludeError):
     """run {run_id}: budget exhausted and more allowance was refused"""

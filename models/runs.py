@@ -524,10 +524,10 @@ def expired_leases(session: Session, now: datetime, batch: int) -> list[Run]:
 
 def unclaimed(
     session: Session, *, cutoff: datetime, now: datetime, batch: int
-) -> list[tuple[str, str, int]]:
-    """``(id, state, version)`` of claimable runs last published before ``cutoff``."""
+) -> list[tuple[str, str, int, str, str | None]]:
+    """``(id, state, version, flow, next step)`` of claimable runs published before ``cutoff``."""
     query = (
-        select(Run.id, Run.state, Run.state_version)
+        select(Run.id, Run.state, Run.state_version, Run.flow_name, Run.next_step)
         .where(
             Run.state.in_(CLAIMABLE),
             or_(Run.dispatched_at.is_(None), Run.dispatched_at < cutoff),
@@ -537,7 +537,9 @@ def unclaimed(
         .limit(batch)
     )
     rows = session.execute(dialect(session).lock_or_skip(query)).all()
-    return [(str(r.id), str(r.state), int(r.state_version)) for r in rows]
+    return [
+        (str(r.id), str(r.state), int(r.state_version), str(r.flow_name), r.next_step) for r in rows
+    ]
 
 
 def mark_redispatched(

@@ -19,13 +19,23 @@ log = logging.getLogger(__name__)
 
 
 class Publisher(Protocol):
-    """Sends one task (``name`` with the run id as its only argument) to ``queue``."""
+    """Sends one task (``name`` with the run id as its only argument) to ``queue``.
 
-    def __call__(self, name: str, run_id: str, *, queue: str, countdown: float | None) -> None: ...
+    ``flow`` and ``step`` label the task for people watching (the step it is published for).
+    """
+
+    def __call__(
+        self, name: str, run_id: str, *, queue: str, countdown: float | None, flow: str, step: str
+    ) -> None: ...
 
 
-def celery_publisher(name: str, run_id: str, *, queue: str, countdown: float | None) -> None:
-    app.send_task(name, args=[run_id], queue=queue, countdown=countdown)
+def celery_publisher(
+    name: str, run_id: str, *, queue: str, countdown: float | None, flow: str, step: str
+) -> None:
+    # Flower (and Celery's own log lines) show kwargsrepr as the task's keyword arguments: here
+    # the run's flow and step, searchable in Flower as kwargs:flow=NAME. The task takes none.
+    label = repr({"flow": flow, "step": step})
+    app.send_task(name, args=[run_id], queue=queue, countdown=countdown, kwargsrepr=label)
 
 
 _publisher: Publisher = celery_publisher
@@ -38,10 +48,18 @@ def set_publisher(publisher: Publisher) -> Publisher:
     return previous
 
 
-def publish_step(run_id: str, *, resume: bool = False, countdown: float | None = None) -> bool:
+def publish_step(
+    run_id: str,
+    *,
+    flow: str,
+    step: str | None,
+    resume: bool = False,
+    countdown: float | None = None,
+) -> bool:
+    """Publish the task that executes ``step`` of ``run_id`` (of ``flow``); False if it failed."""
     name, queue = (TASK_RESUME, QUEUE_RESUMES) if resume else (TASK_STEP, QUEUE_STEPS)
     try:
-        _publisher(name, run_id, queue=queue, countdown=countdown)
+        _publisher(name, run_id, queue=queue, countdown=countdown, flow=flow, step=step or "")
     except Exception as exc:  # broker down: the reaper will republish from the run row
         log.warning(
             "publish failed, the reaper will retry: %s",

@@ -212,7 +212,7 @@ def _decide_once(contract: ResumeContract, attempt: _Attempt) -> ResumeResult:
     if notify_after is not None:
         notify(*notify_after)
     if result.accepted:
-        dispatch.publish_step(run.id, resume=True)
+        dispatch.publish_step(run.id, flow=run.flow_name, step=run.next_step, resume=True)
     return result
 
 

@@ -44,7 +44,7 @@ def retry_run(run_id: str, *, actor: str, reason: str = "") -> None:
             not_before=None,
             dispatched_at=utcnow(),
         )
-    dispatch.publish_step(run_id)
+    dispatch.publish_step(run_id, flow=run.flow_name, step=run.next_step)
 
 
 def wait_for_run(run_id: str, timeout: float | None = None) -> RunView:

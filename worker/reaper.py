@@ -37,7 +37,7 @@ def reap(now: datetime | None = None, batch: int | None = None) -> int:
 
 def _requeue_expired(now: datetime, batch: int, max_claims: int) -> int:
     """Runs whose owner stopped renewing: back to ``queued``, or ``failed`` after too many."""
-    requeued: list[str] = []
+    requeued: list[tuple[str, str, str | None]] = []
     failed = 0
     with transaction() as session:
         for run in store.expired_leases(session, now, batch):
@@ -63,14 +63,14 @@ def _requeue_expired(now: datetime, batch: int, max_claims: int) -> int:
                     extra={"action": "reap_fail", "run_id": run.id},
                 )
                 continue
-            requeued.append(run.id)
+            requeued.append((run.id, run.flow_name, run.next_step))
             log.warning(
                 "lease of %s expired; run requeued",
                 detail["owner"],
                 extra={"action": "requeue", "run_id": run.id},
             )
-    for run_id in requeued:
-        dispatch.publish_step(run_id)
+    for run_id, flow_name, step in requeued:
+        dispatch.publish_step(run_id, flow=flow_name, step=step)
     return len(requeued) + failed
 
 
@@ -111,9 +111,10 @@ def _requeue_or_fail(
 def _redispatch_unclaimed(now: datetime, batch: int, redispatch_after: float) -> int:
     """Runs due to be claimed whose task was published long ago (or lost): publish again."""
     cutoff = now - timedelta(seconds=redispatch_after)
-    due: list[tuple[str, bool]] = []
+    due: list[tuple[str, bool, str, str | None]] = []
     with transaction() as session:
-        for run_id, state, version in store.unclaimed(session, cutoff=cutoff, now=now, batch=batch):
+        unclaimed = store.unclaimed(session, cutoff=cutoff, now=now, batch=batch)
+        for run_id, state, version, flow_name, step in unclaimed:
             # The conditional update elects one reaper per stale dispatch.
             if store.mark_redispatched(
                 session, run_id, state_version=version, cutoff=cutoff, now=now
@@ -127,12 +128,12 @@ def _redispatch_unclaimed(now: datetime, batch: int, redispatch_after: float) ->
                     detail={"state": state, "unclaimed_since_before": cutoff.isoformat()},
                     at=now,
                 )
-                due.append((run_id, state == RunState.RESUMING.value))
-    for run_id, resuming in due:
+                due.append((run_id, state == RunState.RESUMING.value, flow_name, step))
+    for run_id, resuming, flow_name, step in due:
         log.warning(
             "run unclaimed since before %s; republished",
             cutoff.isoformat(),
             extra={"action": "redispatch", "run_id": run_id},
         )
-        dispatch.publish_step(run_id, resume=resuming)
+        dispatch.publish_step(run_id, flow=flow_name, step=step, resume=resuming)
     return len(due)

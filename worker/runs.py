@@ -91,7 +91,7 @@ def enqueue_run(
         if existing is None:
             raise
         return existing
-    dispatch.publish_step(run_id)
+    dispatch.publish_step(run_id, flow=flow.name, step=flow.first_step)
     return run_id
 
 

@@ -71,6 +71,21 @@ def worker_identity() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
+@dataclass(frozen=True)
+class Failure:
+    """A step's failure, committed: retried after ``retry_in`` seconds, or for good (None).
+
+    What the Celery task reports once the commit is durable (``worker.tasks``): RETRY or FAILURE.
+    """
+
+    run_id: str
+    flow: str
+    step: str
+    attempt: int
+    error: str
+    retry_in: float | None
+
+
 @dataclass
 class Claimed:
     run: Run
@@ -82,27 +97,29 @@ class Claimed:
     resuming: bool
 
 
-def execute(run_id: str) -> None:
+def execute(run_id: str) -> Failure | None:
     """Run the next step of ``run_id`` if this delivery wins the claim; otherwise do nothing.
 
     Consecutive steps that neither wait nor fail continue in this task, each committed on its
     own (advance and the next claim share one transaction), up to a small bound so that one
-    long run cannot hold a worker; then the run goes back to the queue.
+    long run cannot hold a worker; then the run goes back to the queue. Returns the committed
+    failure of the last step executed, if it failed.
     """
     owner = worker_identity()
     runlog.bind(run_id)
     try:
-        claimed = _claim(run_id, owner)
+        claimed: Claimed | Failure | None = _claim(run_id, owner)
         started, steps = time.monotonic(), 0
-        while claimed is not None:
+        while isinstance(claimed, Claimed):
             steps += 1
             may_chain = steps < MAX_CHAINED_STEPS and time.monotonic() - started < MAX_CHAIN_SECONDS
             claimed = _execute_step(claimed, owner, may_chain=may_chain)
+        return claimed
     finally:
         runlog.clear()
 
 
-def _execute_step(claimed: Claimed, owner: str, *, may_chain: bool) -> Claimed | None:
+def _execute_step(claimed: Claimed, owner: str, *, may_chain: bool) -> Claimed | Failure | None:
     """Execute the claimed step and commit its outcome; the next step's claim if chained."""
     run, flow = claimed.run, claimed.flow
     runlog.bind(run.id, flow.name, claimed.step.name)
@@ -136,12 +153,12 @@ def _execute_step(claimed: Claimed, owner: str, *, may_chain: bool) -> Claimed |
             flow.get_step(next_step)
         ctx.state = _as_json_state(ctx)
     except Suspend as signal:
-        _commit_suspend(claimed, ctx, signal.decl, owner)
+        return _commit_suspend(claimed, ctx, signal.decl, owner)
     except (FencedError, StaleStateError, LeaseMarginError) as exc:
         # (a lease too short to call an effect: the reaper hands the run on once it expires)
         _discard(run.id, exc)
     except Exception as exc:
-        _commit_failure(claimed, ctx, exc, owner)
+        return _commit_failure(claimed, ctx, exc, owner)
     else:
         return _commit_advance(claimed, ctx, next_step, owner, chain=may_chain)
     return None
@@ -322,19 +339,20 @@ def _outcomes(ctx: StepContext) -> Sequence[store.Write]:
     )
 
 
-def _commit_suspend(claimed: Claimed, ctx: StepContext, decl: InterruptDecl, owner: str) -> None:
+def _commit_suspend(
+    claimed: Claimed, ctx: StepContext, decl: InterruptDecl, owner: str
+) -> Failure | None:
     run, actor = claimed.run, f"worker:{owner}"
     unrecorded = [
         k for k, e in (ctx.effects or {}).items() if e.status == "intent" and e.epoch == ctx.epoch
     ]
     if unrecorded:
-        _commit_failure(
+        return _commit_failure(
             claimed,
             ctx,
             EffectError(run_id=run.id, name=unrecorded[0], detail="left unrecorded at suspension"),
             owner,
         )
-        return
     interrupt, insert_interrupt = interrupt_store.new_interrupt(
         run,
         decl,
@@ -358,9 +376,10 @@ def _commit_suspend(claimed: Claimed, ctx: StepContext, decl: InterruptDecl, own
             )
     except (FencedError, StaleStateError) as exc:
         _discard(run.id, exc)
-        return
+        return None
     log.info("run waiting on %s", decl.name, extra={"action": "suspend", "run_id": run.id})
     notify(claimed.flow, interrupt)
+    return None
 
 
 def _commit_advance(
@@ -428,11 +447,13 @@ def _commit_advance(
         # The ledger as this process knows it goes on with the run (no read for its effects).
         return Claimed(run, claimed.flow, step, checkpoint, {}, ctx.effects, False)
     if next_step is not None:
-        dispatch.publish_step(run.id)
+        dispatch.publish_step(run.id, flow=run.flow_name, step=next_step)
     return None
 
 
-def _commit_failure(claimed: Claimed, ctx: StepContext, exc: Exception, owner: str) -> None:
+def _commit_failure(
+    claimed: Claimed, ctx: StepContext, exc: Exception, owner: str
+) -> Failure | None:
     run, step, actor = claimed.run, claimed.step, f"worker:{owner}"
     error = f"{type(exc).__name__}: {exc}"
     attempts = run.step_attempts + 1
@@ -481,9 +502,9 @@ def _commit_failure(claimed: Claimed, ctx: StepContext, exc: Exception, owner: s
                 )
     except (FencedError, StaleStateError) as fenced:
         _discard(run.id, fenced)
-        return
+        return None
     if retry:
-        dispatch.publish_step(run.id, countdown=backoff)
+        dispatch.publish_step(run.id, flow=run.flow_name, step=step.name, countdown=backoff)
     else:
         log.error(
             "run failed for good: step %s failed %d time(s): %s",
@@ -492,3 +513,5 @@ def _commit_failure(claimed: Claimed, ctx: StepContext, exc: Exception, owner: s
             error,
             extra={"action": "run_failed", "run_id": run.id},
         )
+    retry_in = backoff if retry else None
+    return Failure(run.id, claimed.flow.name, step.name, attempts, error, retry_in)

@@ -264,10 +264,10 @@ def _default(session: Session, interrupt: Interrupt, run: Run) -> AfterCommit | 
         )
         return None
     _log(interrupt, "default")
-    run_id = run.id
+    run_id, flow_name, step = run.id, run.flow_name, run.next_step
 
     def publish_resume() -> None:
-        dispatch.publish_step(run_id, resume=True)
+        dispatch.publish_step(run_id, flow=flow_name, step=step, resume=True)
 
     return publish_resume
 

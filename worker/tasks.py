@@ -2,29 +2,63 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from celery.exceptions import Retry
 from celery.signals import after_setup_logger, after_setup_task_logger, worker_init
 
 from models.db import size_pool_for
+from models.errors import StepFailedError
 from worker import runlog
 from worker.app import TASK_REAP, TASK_RESUME, TASK_STEP, TASK_SWEEP, app
 from worker.stats import serve_from_worker  # noqa: F401  (serves metrics if configured)
 
+if TYPE_CHECKING:
+    from worker.runtime import Failure
 
-@app.task(name=TASK_STEP, ignore_result=True)  # type: ignore[untyped-decorator]
+# The error a failed task carries into Flower and the worker's log (the run keeps all of it).
+MAX_TASK_ERROR = 500
+# Expected errors: the task fails, logged on one line at INFO without a traceback.
+EXPECTED = (StepFailedError,)
+
+
+@app.task(name=TASK_STEP, ignore_result=True, throws=EXPECTED)  # type: ignore[untyped-decorator]
 def run_step(run_id: str) -> None:
     from worker.runtime import execute
 
-    execute(run_id)
+    report(execute(run_id))
 
 
-@app.task(name=TASK_RESUME, ignore_result=True)  # type: ignore[untyped-decorator]
+@app.task(name=TASK_RESUME, ignore_result=True, throws=EXPECTED)  # type: ignore[untyped-decorator]
 def resume_run(run_id: str) -> None:
     """Continue an accepted resume: fresh lease and epoch, settle effects, run the step."""
     from worker.runtime import execute
 
-    execute(run_id)
+    report(execute(run_id))
+
+
+def report(failure: Failure | None) -> None:
+    """End the task as Flower should show it, once the step's failure is committed.
+
+    A failure to be retried ends it as RETRY: interlude has already published the next attempt
+    itself (the run row says when), so this raises Celery's ``Retry`` without ``Task.retry``,
+    which would publish a second copy. A failure for good ends it as FAILURE.
+    """
+    if failure is None:
+        return
+    error = failure.error
+    if len(error) > MAX_TASK_ERROR:
+        error = error[: MAX_TASK_ERROR - 1] + "…"
+    exc = StepFailedError(
+        run_id=failure.run_id,
+        flow=failure.flow,
+        step=failure.step,
+        attempt=failure.attempt,
+        error=error,
+    )
+    if failure.retry_in is not None:
+        raise Retry(exc=exc, when=failure.retry_in)
+    raise exc
 
 
 @app.task(name=TASK_SWEEP, ignore_result=True)  # type: ignore[untyped-decorator]

@@ -33,12 +33,14 @@ class DrainTimeoutError(AssertionError):
 
 @dataclass(frozen=True)
 class Published:
-    """One recorded publish: the task, its run, its queue and when it is due (monotonic)."""
+    """One recorded publish: the task, its run, its queue, when it is due (monotonic), its label."""
 
     name: str
     run_id: str
     queue: str
     due: float
+    flow: str = ""
+    step: str = ""
 
     @property
     def resume(self) -> bool:
@@ -53,10 +55,12 @@ class TaskRecorder:
         self._queue: list[Published] = []
         self.published: list[Published] = []  # every publish ever recorded, drained or not
 
-    def __call__(self, name: str, run_id: str, *, queue: str, countdown: float | None) -> None:
+    def __call__(
+        self, name: str, run_id: str, *, queue: str, countdown: float | None, flow: str, step: str
+    ) -> None:
         if name not in (TASK_STEP, TASK_RESUME):
             raise ValueError(f"the task recorder cannot execute task {name!r}")
-        task = Published(name, run_id, queue, time.monotonic() + (countdown or 0.0))
+        task = Published(name, run_id, queue, time.monotonic() + (countdown or 0.0), flow, step)
         with self._lock:
             self._queue.append(task)
             self.published.append(task)

@@ -16,8 +16,9 @@ from typing import Any
 
 import pytest
 
+from tests.acceptance.brokers import publishing_to
 from tests.services import ROOT, WorkerProcess, wait_for
-from worker import enqueue_run
+from worker import enqueue_run, get_run
 from worker.app import QUEUE_MAINTENANCE, QUEUE_RESUMES, QUEUE_STEPS, TASK_STEP
 
 DEPLOY = {"service": "billing", "environment": "staging", "version": "3.1.0", "diff": "+ x = 1\n"}
@@ -33,10 +34,12 @@ def free_port() -> int:
 class Flower:
     """A real ``celery -A worker flower`` subprocess with its API open to this test."""
 
-    def __init__(self, database_url: str, log_path: Path) -> None:
+    def __init__(self, database_url: str, log_path: Path, broker_url: str | None = None) -> None:
         self.port = free_port()
         env = dict(os.environ)
         env.update(INTERLUDE_DATABASE_URL=database_url, FLOWER_UNAUTHENTICATED_API="true")
+        if broker_url is not None:
+            env["INTERLUDE_BROKER_URL"] = broker_url
         self.log = log_path.open("wb")
         self.proc = subprocess.Popen(
             [
@@ -125,3 +128,76 @@ def test_flower_shows_the_worker_a_run_step_task_and_the_queues(
     lengths = {q["name"]: q["messages"] for q in flower.get("/api/queues/length")["active_queues"]}
     assert {QUEUE_STEPS, QUEUE_RESUMES, QUEUE_MAINTENANCE} <= set(lengths)
     assert lengths[QUEUE_STEPS] == 0
+
+
+@pytest.fixture()
+def own_flower(db: str, logs_dir: Path) -> Iterator[tuple[Flower, str]]:
+    """A Flower, this process and the test's workers on the scratch Redis as broker: the
+    session's shared worker cannot take these tasks, and Flower sees only this test's."""
+    url = os.environ["INTERLUDE_TEST_REDIS"]
+    process = Flower(db, logs_dir / f"flower-{free_port()}.log", broker_url=url)
+    with publishing_to(url):
+        yield process, url
+    process.stop()
+
+
+@pytest.mark.slow
+def test_flower_shows_retries_then_the_failure_of_a_failing_step_with_its_flow_and_step(
+    db: str, start_worker: Callable[..., WorkerProcess], own_flower: tuple[Flower, str]
+) -> None:
+    flower, broker = own_flower
+    # Given a real worker and a real Flower on the same broker, seeing task events already
+    worker = start_worker("-c", "1", INTERLUDE_BROKER_URL=broker)
+    assert wait_for(lambda: flower.try_get("/healthcheck"), timeout=60) == "OK"
+    wait_for(lambda: _events_reach(flower), timeout=90)
+
+    # When a run's step fails three times (two retries allowed): the run fails
+    run_id = enqueue_run("flaky", {"fail_times": 5})
+
+    def three_done() -> list[dict[str, Any]] | None:
+        tasks = _tasks_of(flower, run_id)
+        done = [t for t in tasks if t["state"] in ("RETRY", "FAILURE", "SUCCESS")]
+        return tasks if len(done) == 3 else None
+
+    tasks = wait_for(three_done, timeout=90)
+    assert get_run(run_id).state == "failed"
+
+    # Then Flower shows the first two attempts as RETRY and the last one as FAILURE
+    assert [t["state"] for t in tasks] == ["RETRY", "RETRY", "FAILURE"]
+    assert len(tasks) == 3  # interlude published each retry once; Celery published none
+    last = tasks[-1]
+    exception = last["exception"]
+    assert "step flaky:sometimes failed (attempt 3): RuntimeError: flaky failure 3" in exception
+    assert "attempt 1" in tasks[0]["exception"]
+    # ... and /api/tasks?state=FAILURE lists it
+    failed = flower.get("/api/tasks?state=FAILURE")
+    assert last["uuid"] in failed
+    # And every task carries the run's flow and step, searchable in Flower
+    assert {t["kwargs"] for t in tasks} == {"{'flow': 'flaky', 'step': 'sometimes'}"}
+    found = flower.get("/api/tasks?search=kwargs:flow%3Dflaky")
+    assert {t["uuid"] for t in tasks} <= set(found)
+    # And an expected failure is no traceback of the step: the task raised it after the commit,
+    # outside the handler, and the worker logged it on one line
+    assert "During handling" not in last["traceback"]
+    assert "tests/flows/engine.py" not in last["traceback"]
+    lines = [line for line in worker.output().splitlines() if last["uuid"] in line]
+    assert any("raised expected" in line for line in lines), lines
+    assert "raised unexpected" not in worker.output()
+
+
+def _tasks_of(flower: Flower, run_id: str) -> list[dict[str, Any]]:
+    """The step tasks Flower has seen for ``run_id``, in the order they were received."""
+    tasks = flower.try_get(f"/api/tasks?taskname={TASK_STEP}") or {}
+    mine = [dict(t, uuid=k) for k, t in tasks.items() if run_id in str(t.get("args"))]
+    return sorted(mine, key=lambda t: t.get("received") or 0)
+
+
+def _events_reach(flower: Flower) -> bool:
+    """Whether Flower sees the worker's events (it may connect after answering /healthcheck):
+    a quick run's task shows as succeeded within a few seconds."""
+    run_id = enqueue_run("quick", {})
+    try:
+        wait_for(lambda: [t["state"] for t in _tasks_of(flower, run_id)] == ["SUCCESS"], 10)
+    except AssertionError:
+        return False
+    return True

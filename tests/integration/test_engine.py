@@ -81,6 +81,44 @@ def test_a_step_failing_past_its_retry_limit_fails_the_run_with_the_error(
     assert run.checkpoints == 1
 
 
+def test_each_failed_attempt_hands_its_committed_failure_to_the_task(tasks: TaskRecorder) -> None:
+    from worker.runtime import execute
+
+    # Given a step that fails more often than its two retries allow
+    run_id = enqueue_run("flaky", {"fail_times": 5})
+    reports = []
+    # When each published task is executed as a worker would, once it is due
+    while pending := tasks.clear():
+        for task in pending:
+            time.sleep(max(0.0, task.due - time.monotonic()))
+            failure = execute(task.run_id)
+            assert failure is not None
+            # (what the database says at the moment the task would report the failure)
+            reports.append((failure, get_run(run_id).state))
+    # Then the first two attempts report a retry and the third the failure for good, each
+    # after its commit: the run is queued for the retry, or failed, before the task says so
+    assert [(f.attempt, f.retry_in is not None, state) for f, state in reports] == [
+        (1, True, "queued"),
+        (2, True, "queued"),
+        (3, False, "failed"),
+    ]
+    assert reports[-1][0].error == get_run(run_id).error == "RuntimeError: flaky failure 3"
+    assert {(f.run_id, f.flow, f.step) for f, _ in reports} == {(run_id, "flaky", "sometimes")}
+    # And every task published for it (enqueue, two retries) was labelled with flow and step
+    assert [(t.flow, t.step) for t in tasks.published] == [("flaky", "sometimes")] * 3
+
+
+def test_a_step_that_succeeds_or_waits_reports_no_failure(tasks: TaskRecorder) -> None:
+    from worker.runtime import execute
+
+    run_id = enqueue_run("three_steps", {})
+    assert [execute(t.run_id) for t in tasks.clear()] == [None]
+    assert get_run(run_id).state == "succeeded"
+    waiting = enqueue_run("approval", {})
+    assert [execute(t.run_id) for t in tasks.clear()] == [None]
+    assert get_run(waiting).state == "waiting"
+
+
 def test_a_run_pinned_to_a_version_this_worker_lacks_fails_closed(db: str) -> None:
     from models import runs as run_store
     from worker.runtime import execute

@@ -103,6 +103,25 @@ def test_interrupt_records_every_field_and_the_worker_lets_go(
         assert [d["interrupt"] for d in suspends] == ["legal", "finance"]
 
 
+def test_every_task_is_labelled_with_the_flow_and_the_step_it_is_published_for(
+    multi_actors: dict[str, str], tasks: TaskRecorder
+) -> None:
+    # Given a run that waits in its first step, is answered, and finishes
+    run_id = enqueue_run("multi_gate", {})
+    legal = drain_pending(run_id, "legal")
+    assert submit_resume(contract_for(legal, "lee"), multi_actors["lee"]).accepted
+    finance = drain_pending(run_id, "finance")
+    receipt = {"invoice": "INV-1", "total": 1.0}
+    assert submit_resume(contract_for(finance, "fin", input=receipt), multi_actors["fin"]).accepted
+    drain_pending(run_id, "shipped")
+    # Then the enqueue and each resume were published for the step they execute
+    assert [(t.name, t.flow, t.step) for t in tasks.published] == [
+        ("interlude.run_step", "multi_gate", "review"),
+        ("interlude.resume_run", "multi_gate", "review"),
+        ("interlude.resume_run", "multi_gate", "review"),
+    ]
+
+
 def test_answers_come_back_in_order_across_re_executions(
     multi_actors: dict[str, str], tasks: TaskRecorder
 ) -> None:
