@@ -64,15 +64,15 @@ def test_a_new_interrupt_is_posted_with_its_inbox_link(
     webhook: tuple[str, Received],
     settings_env: pytest.MonkeyPatch,
 ) -> None:
-    # Given a deployment waiting for a release manager
-    run_id = enqueue_run("deploy_gate", REQUEST, started_by="dev.kim")
-    interrupt = drain_pending(run_id)
+    # Given a webhook and the inbox's address in the settings
     url, received = webhook
     settings_env.setenv("INTERLUDE_NOTIFY_WEBHOOK_URL", url)
     settings_env.setenv("INTERLUDE_WEB_BASE_URL", "https://inbox.example.org/")
     reset_settings()
-    # When the recipe is told about it
-    inbox_webhook.post_inbox_link(interrupt)
+    # When a deployment stops for a release manager (the step calls the flow's notifiers
+    # once the interrupt is committed)
+    run_id = enqueue_run("deploy_gate", REQUEST, started_by="dev.kim")
+    interrupt = drain_pending(run_id)
     # Then the webhook received one JSON post with the link to the interrupt's page
     assert len(received.posts) == 1
     path, headers, body = received.posts[0]
