@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from models.db import utcnow
-from tests.flows.interrupts import scratch_redis
+from tests.flows.interrupts import PRICE_UNAVAILABLE, scratch_redis
 from tests.resumes import wait_finished, wait_pending
 from tests.services import WorkerProcess, wait_for
 from tests.webserver import WebServer
@@ -214,6 +214,28 @@ def test_renewed_review_shows_the_new_evidence_and_links_to_it(
     stale = _words(browser.answer(old.id, {**form, "idempotency_key": "x"}).text)
     assert "Stale" in stale
     assert "a newer interrupt" in stale
+
+
+def test_a_revalidation_that_fails_says_nothing_changed(
+    people: dict[str, str], new_browser: Callable[[], Browser]
+) -> None:
+    redis = scratch_redis()
+    sku = f"sku-{uuid.uuid4().hex[:6]}"
+    redis.set(f"price:{sku}", "10")
+    run_id = enqueue_run("priced", {"sku": sku})
+    interrupt = wait_pending(run_id)
+    browser = new_browser()
+    browser.signin("alice", people["alice"])
+    _, form = browser.open(interrupt.id)
+    redis.set(f"price:{sku}", PRICE_UNAVAILABLE)
+    response = browser.answer(interrupt.id, form, comment="fine at 10")
+    # The page does not claim that the evidence changed: it could not be checked
+    assert response.status_code == 409
+    words = _words(response.text)
+    assert "Not confirmed" in words and "Nothing changed" in words
+    assert "evidence changed" not in words
+    assert 'id="newer"' not in response.text
+    assert get_run(run_id).state == "waiting"
 
 
 def test_denied_names_the_roles_needed(

@@ -158,8 +158,14 @@ def sign_off(ctx: StepContext) -> None:
 priced = Flow("priced", version=1)
 
 
+# A stored price of this value stands for a price service that is down: asking raises.
+PRICE_UNAVAILABLE = "unavailable"
+
+
 def current_price(sku: str) -> str:
     value = scratch_redis().get(f"price:{sku}")
+    if value is not None and value.decode() == PRICE_UNAVAILABLE:
+        raise ConnectionError("the price service is unavailable")
     return value.decode() if value is not None else "unpriced"
 
 

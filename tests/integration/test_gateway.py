@@ -17,7 +17,7 @@ from sqlalchemy import select, update
 from models.contracts import InterruptView, ResumeContract
 from models.db import transaction, utcnow
 from models.tables import Event, Interrupt
-from tests.flows.interrupts import Approval, scratch_redis
+from tests.flows.interrupts import PRICE_UNAVAILABLE, Approval, scratch_redis
 from tests.resumes import contract_for, drain_finished, drain_pending, snapshot
 from tests.services import wait_for
 from worker import (
@@ -348,6 +348,31 @@ def test_a_schema_registered_nowhere_here_is_refused_as_unknown_schema(waiting: 
         "unknown_schema",
         "input schema retired-approval.v1 is registered by none of the flows loaded here",
     )
+
+
+def test_a_revalidation_that_fails_is_a_recorded_refusal_that_changes_nothing(
+    db: str, tasks: TaskRecorder
+) -> None:
+    # Given a price approval raised while the price was 10
+    credential = add_actor("alice", ["approver"])
+    redis = scratch_redis()
+    redis.set("price:sku-4", "10")
+    run_id = enqueue_run("priced", {"sku": "sku-4"})
+    waiting = drain_pending(run_id)
+    # When the price service is down as alice approves
+    redis.set("price:sku-4", PRICE_UNAVAILABLE)
+    before = snapshot(run_id)
+    result = submit_resume(contract_for(waiting, "alice"), credential)
+    # Then a review is asked again, naming the failure, with no new interrupt and nothing moved
+    assert result.outcome == "renewed_review_required"
+    assert result.reason.startswith("business revalidation failed (ConnectionError")
+    assert result.new_interrupt_id is None
+    assert snapshot(run_id) == before
+    assert get_interrupt(waiting.id).status == "pending"
+    assert _last_attempt(waiting.id).outcome == "renewed_review_required"
+    # When the service is back with the same price, the same answer under a new key is accepted
+    redis.set("price:sku-4", "10")
+    assert submit_resume(contract_for(waiting, "alice"), credential).accepted
 
 
 def test_renewed_review_when_the_evidence_changed(db: str, tasks: TaskRecorder) -> None:

@@ -28,7 +28,7 @@ from worker.schemas import json_schema_of, lookup
 from worker.web.auth import authenticated, client_of
 from worker.web.binding import CONTRACT_LIFETIME, new_key
 from worker.web.forms import fields_of, input_from_form
-from worker.web.outcomes import headline_of, status_of
+from worker.web.outcomes import UNCONFIRMED, headline_of, status_of
 from worker.web.sessions import COOKIE, SessionData
 from worker.web.state import web_state
 
@@ -286,8 +286,12 @@ def _explain(result: ResumeResult, run_id: str, interrupt_id: str) -> dict[str, 
             newer = waiting[0] if waiting else None
         context["newer"] = newer
         context["current_status"] = current.status
-    if result.outcome is ResumeOutcome.RENEWED_REVIEW_REQUIRED and result.new_interrupt_id:
-        context["renewed"] = get_interrupt(result.new_interrupt_id)
+    if result.outcome is ResumeOutcome.RENEWED_REVIEW_REQUIRED:
+        if result.new_interrupt_id:
+            context["renewed"] = get_interrupt(result.new_interrupt_id)
+        else:
+            # The revalidation failed: no evidence changed, none is new.
+            context["headline"] = UNCONFIRMED
     return context
 
 

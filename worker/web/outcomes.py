@@ -39,6 +39,12 @@ HEADLINE = {
     "answer; nothing changed. Submit again with a new key.",
 }
 
+# renewed_review_required with no new interrupt: the flow's revalidation itself failed.
+UNCONFIRMED = (
+    "Not confirmed: the evidence could not be checked against current records, so your answer "
+    "was not accepted. Nothing changed; try again later."
+)
+
 
 def status_of(outcome: ResumeOutcome) -> int:
     # An outcome added to the gateway later is at least a refusal, never a success.
