@@ -139,6 +139,24 @@ def _counts(session: Session, column: Any, enum: Any) -> dict[str, int]:
     return {member.value: found.get(member.value, 0) for member in enum}
 
 
+def runs_by_state(session: Session) -> dict[str, int]:
+    """Runs in each state (every state, 0 included), read through the index on state."""
+    return _counts(session, Run.state, RunState)
+
+
+def failed_runs(session: Session) -> dict[str, dict[str, int]]:
+    """Failed runs by flow, then by the step they failed in."""
+    rows = session.execute(
+        select(Run.flow_name, Run.next_step, func.count())
+        .where(Run.state == RunState.FAILED.value)
+        .group_by(Run.flow_name, Run.next_step)
+    ).all()
+    found: dict[str, dict[str, int]] = {}
+    for flow, step, count in rows:
+        found.setdefault(str(flow), {})[str(step or "")] = int(count)
+    return found
+
+
 def resumed_runs(session: Session) -> dict[str, int]:
     """Runs with an accepted resume, by the state they are in now."""
     resumed = (

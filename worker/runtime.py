@@ -38,7 +38,7 @@ from models.errors import (
 )
 from models.settings import get_settings
 from models.tables import Checkpoint, Interrupt, Run
-from worker import dispatch, runlog
+from worker import dispatch, runlog, step_metrics
 from worker.context import ResolvedInterrupt, StepContext
 from worker.declarations import PAUSE_INTERRUPT, Suspend, declare
 from worker.flows import Flow, Migration, StepDef, continuation
@@ -48,6 +48,7 @@ from worker.migration import carry, deferred_revalidation
 from worker.migration import plan as migration_plan
 from worker.reconcile import settle_pending_effects
 from worker.schemas import OperatorRelease
+from worker.step_metrics import StepOutcome
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +72,17 @@ def worker_identity() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
+@dataclass
+class Claimed:
+    run: Run
+    flow: Flow
+    step: StepDef
+    checkpoint: Checkpoint
+    resolved: dict[str, ResolvedInterrupt]
+    ledger: dict[str, LedgerEntry] | None
+    resuming: bool
+
+
 @dataclass(frozen=True)
 class Failure:
     """A step's failure, committed: retried after ``retry_in`` seconds, or for good (None).
@@ -82,19 +94,18 @@ class Failure:
     flow: str
     step: str
     attempt: int
-    error: str
+    error: str  # as committed on the run: "ErrorClass: message"
+    error_class: str
     retry_in: float | None
 
 
-@dataclass
-class Claimed:
-    run: Run
-    flow: Flow
-    step: StepDef
-    checkpoint: Checkpoint
-    resolved: dict[str, ResolvedInterrupt]
-    ledger: dict[str, LedgerEntry] | None
-    resuming: bool
+@dataclass(frozen=True)
+class Ended:
+    """How one step's execution ended; the next step if this task continues with it."""
+
+    outcome: StepOutcome
+    chained: Claimed | None = None
+    failure: Failure | None = None
 
 
 def execute(run_id: str) -> Failure | None:
@@ -108,19 +119,21 @@ def execute(run_id: str) -> Failure | None:
     owner = worker_identity()
     runlog.bind(run_id)
     try:
-        claimed: Claimed | Failure | None = _claim(run_id, owner)
+        claimed, failure = _claim(run_id, owner), None
         started, steps = time.monotonic(), 0
-        while isinstance(claimed, Claimed):
+        while claimed is not None:
             steps += 1
             may_chain = steps < MAX_CHAINED_STEPS and time.monotonic() - started < MAX_CHAIN_SECONDS
-            claimed = _execute_step(claimed, owner, may_chain=may_chain)
-        return claimed
+            ended = _execute_step(claimed, owner, may_chain=may_chain)
+            claimed, failure = ended.chained, ended.failure
+        return failure
     finally:
         runlog.clear()
 
 
-def _execute_step(claimed: Claimed, owner: str, *, may_chain: bool) -> Claimed | Failure | None:
-    """Execute the claimed step and commit its outcome; the next step's claim if chained."""
+def _execute_step(claimed: Claimed, owner: str, *, may_chain: bool) -> Ended:
+    """Execute the claimed step, commit its outcome and count it; the next claim if chained."""
+    begun = time.monotonic()
     run, flow = claimed.run, claimed.flow
     runlog.bind(run.id, flow.name, claimed.step.name)
     ctx = StepContext(
@@ -153,15 +166,19 @@ def _execute_step(claimed: Claimed, owner: str, *, may_chain: bool) -> Claimed |
             flow.get_step(next_step)
         ctx.state = _as_json_state(ctx)
     except Suspend as signal:
-        return _commit_suspend(claimed, ctx, signal.decl, owner)
+        ended = _commit_suspend(claimed, ctx, signal.decl, owner)
     except (FencedError, StaleStateError, LeaseMarginError) as exc:
         # (a lease too short to call an effect: the reaper hands the run on once it expires)
-        _discard(run.id, exc)
+        ended = _discard(run.id, exc)
     except Exception as exc:
-        return _commit_failure(claimed, ctx, exc, owner)
+        ended = _commit_failure(claimed, ctx, exc, owner)
     else:
-        return _commit_advance(claimed, ctx, next_step, owner, chain=may_chain)
-    return None
+        ended = _commit_advance(claimed, ctx, next_step, owner, chain=may_chain)
+    error = ended.failure.error_class if ended.failure is not None else None
+    step_metrics.observe(
+        flow.name, claimed.step.name, ended.outcome, time.monotonic() - begun, error
+    )
+    return ended
 
 
 def _as_json_state(ctx: StepContext) -> dict[str, Any]:
@@ -177,8 +194,9 @@ def _as_json_state(ctx: StepContext) -> dict[str, Any]:
     return state
 
 
-def _discard(run_id: str, exc: InterludeError) -> None:
+def _discard(run_id: str, exc: InterludeError) -> Ended:
     log.warning("step result discarded: %s", exc, extra={"action": "discard", "run_id": run_id})
+    return Ended(StepOutcome.DISCARDED)
 
 
 def _claim(run_id: str, owner: str) -> Claimed | None:
@@ -339,9 +357,7 @@ def _outcomes(ctx: StepContext) -> Sequence[store.Write]:
     )
 
 
-def _commit_suspend(
-    claimed: Claimed, ctx: StepContext, decl: InterruptDecl, owner: str
-) -> Failure | None:
+def _commit_suspend(claimed: Claimed, ctx: StepContext, decl: InterruptDecl, owner: str) -> Ended:
     run, actor = claimed.run, f"worker:{owner}"
     unrecorded = [
         k for k, e in (ctx.effects or {}).items() if e.status == "intent" and e.epoch == ctx.epoch
@@ -375,16 +391,15 @@ def _commit_suspend(
                 lease_expires_at=None,
             )
     except (FencedError, StaleStateError) as exc:
-        _discard(run.id, exc)
-        return None
+        return _discard(run.id, exc)
     log.info("run waiting on %s", decl.name, extra={"action": "suspend", "run_id": run.id})
     notify(claimed.flow, interrupt)
-    return None
+    return Ended(StepOutcome.WAITING)
 
 
 def _commit_advance(
     claimed: Claimed, ctx: StepContext, next_step: str | None, owner: str, *, chain: bool
-) -> Claimed | None:
+) -> Ended:
     """Commit the step's checkpoint and move on; when chaining, claim the next step with it."""
     run, actor = claimed.run, f"worker:{owner}"
     checkpoint = store.new_checkpoint(
@@ -441,19 +456,18 @@ def _commit_advance(
                 **fields,
             )
     except (FencedError, StaleStateError) as exc:
-        _discard(run.id, exc)
-        return None
+        return _discard(run.id, exc)
+    if next_step is None:
+        return Ended(StepOutcome.COMPLETED)
     if step is not None:
         # The ledger as this process knows it goes on with the run (no read for its effects).
-        return Claimed(run, claimed.flow, step, checkpoint, {}, ctx.effects, False)
-    if next_step is not None:
-        dispatch.publish_step(run.id, flow=run.flow_name, step=next_step)
-    return None
+        chained = Claimed(run, claimed.flow, step, checkpoint, {}, ctx.effects, False)
+        return Ended(StepOutcome.ADVANCED, chained=chained)
+    dispatch.publish_step(run.id, flow=run.flow_name, step=next_step)
+    return Ended(StepOutcome.ADVANCED)
 
 
-def _commit_failure(
-    claimed: Claimed, ctx: StepContext, exc: Exception, owner: str
-) -> Failure | None:
+def _commit_failure(claimed: Claimed, ctx: StepContext, exc: Exception, owner: str) -> Ended:
     run, step, actor = claimed.run, claimed.step, f"worker:{owner}"
     error = f"{type(exc).__name__}: {exc}"
     attempts = run.step_attempts + 1
@@ -501,10 +515,19 @@ def _commit_failure(
                     error=error,
                 )
     except (FencedError, StaleStateError) as fenced:
-        _discard(run.id, fenced)
-        return None
+        return _discard(run.id, fenced)
+    failure = Failure(
+        run_id=run.id,
+        flow=claimed.flow.name,
+        step=step.name,
+        attempt=attempts,
+        error=error,
+        error_class=type(exc).__name__,
+        retry_in=backoff if retry else None,
+    )
     if retry:
         dispatch.publish_step(run.id, flow=run.flow_name, step=step.name, countdown=backoff)
+        return Ended(StepOutcome.RETRYING, failure=failure)
     else:
         log.error(
             "run failed for good: step %s failed %d time(s): %s",
@@ -513,5 +536,4 @@ def _commit_failure(
             error,
             extra={"action": "run_failed", "run_id": run.id},
         )
-    retry_in = backoff if retry else None
-    return Failure(run.id, claimed.flow.name, step.name, attempts, error, retry_in)
+    return Ended(StepOutcome.FAILED, failure=failure)

@@ -1,9 +1,11 @@
 """Operational figures: who waits and for how long, how resumes went, how much work repeated.
 
 ``collect_stats()`` reads them with a handful of GROUP BY queries (their cost follows the
-number of waiting runs and audit rows of interest, not the whole history of runs); the same
-figures are served to Prometheus by ``serve_metrics(port)`` or, when ``INTERLUDE_METRICS_PORT``
-is set, by every worker from the moment it is ready.
+number of waiting runs and audit rows of interest, not the whole history of runs; the counts of
+runs by state read the index on state). They describe the whole database, so one exporter serves
+them to Prometheus: ``serve_metrics(port)`` (``interlude metrics``). A worker started with
+``INTERLUDE_METRICS_PORT`` serves only what it did itself (``worker.step_metrics``), so that
+figures summed across workers count nothing twice.
 """
 
 from __future__ import annotations
@@ -14,7 +16,6 @@ from collections.abc import Iterator
 from datetime import datetime
 from typing import Any
 
-from celery.signals import worker_ready
 from pydantic import BaseModel, ConfigDict
 
 from models import queries
@@ -54,6 +55,9 @@ class Stats(BaseModel):
     resumed_succeeded: int
     resumed_failed: int
     repeated_work: RepeatedWork
+    # Runs in each state, and the failed ones by flow and by the step they failed in.
+    runs_by_state: dict[str, int]
+    failed_runs: dict[str, dict[str, int]]
     collected_at: datetime
 
 
@@ -67,6 +71,8 @@ def collect_stats() -> Stats:
         attempts = queries.attempts_by_outcome(session)
         resumed = queries.resumed_runs(session)
         repeated = queries.repeated_work(session)
+        by_state = queries.runs_by_state(session)
+        failed = queries.failed_runs(session)
     total = sum(attempts.values())
     return Stats(
         waiting_runs=waiting_runs,
@@ -85,6 +91,8 @@ def collect_stats() -> Stats:
             effects_reconciled=repeated[EventKind.EFFECT_RECONCILED],
             repairs_raised=repeated[EventKind.REPAIR_RAISED],
         ),
+        runs_by_state=by_state,
+        failed_runs=failed,
         collected_at=now,
     )
 
@@ -159,9 +167,23 @@ class StatsCollector:
             yield CounterMetricFamily(
                 f"interlude_{name}", help_text, value=getattr(stats.repeated_work, value)
             )
+        runs = GaugeMetricFamily("interlude_runs", "Runs, by state", labels=["state"])
+        for state, count in stats.runs_by_state.items():
+            runs.add_metric([state], count)
+        yield runs
+        failed = GaugeMetricFamily(
+            "interlude_failed_runs",
+            "Failed runs, by flow and by the step they failed in",
+            labels=["flow", "step"],
+        )
+        for flow, steps in stats.failed_runs.items():
+            for step, count in steps.items():
+                failed.add_metric([flow, step], count)
+        yield failed
 
 
 def metrics_registry() -> Any:
+    """The figures of the whole database, read at every scrape."""
     from prometheus_client import CollectorRegistry
 
     registry = CollectorRegistry(auto_describe=False)
@@ -169,15 +191,19 @@ def metrics_registry() -> Any:
     return registry
 
 
-def start_metrics_server(port: int, address: str | None = None) -> tuple[Any, threading.Thread]:
+def start_metrics_server(
+    port: int, address: str | None = None, registry: Any = None
+) -> tuple[Any, threading.Thread]:
     """Serve ``/metrics`` on ``port`` from a daemon thread; returns (server, thread).
 
-    ``address`` defaults to ``INTERLUDE_METRICS_HOST`` (127.0.0.1: this machine only).
+    ``address`` defaults to ``INTERLUDE_METRICS_HOST`` (127.0.0.1: this machine only),
+    ``registry`` to the figures of the whole database (``metrics_registry()``).
     """
     from prometheus_client import start_http_server
 
     address = get_settings().metrics_host if address is None else address
-    server, thread = start_http_server(port, addr=address, registry=metrics_registry())
+    registry = registry if registry is not None else metrics_registry()
+    server, thread = start_http_server(port, addr=address, registry=registry)
     log.info("metrics on %s:%d", address, port, extra={"action": "metrics_started"})
     return server, thread
 
@@ -193,15 +219,18 @@ def serve_metrics(port: int, address: str | None = None) -> None:
 
 
 def serve_from_worker(**_: Any) -> None:
-    """A worker started with ``INTERLUDE_METRICS_PORT`` serves the metrics too."""
+    """A worker started with ``INTERLUDE_METRICS_PORT`` serves its own step metrics.
+
+    Only what this worker did (``worker.step_metrics``): the figures of the whole database come
+    from ``interlude metrics`` alone, so that summing across workers counts nothing twice.
+    """
     port = get_settings().metrics_port
     if not port:
         return
+    from worker.step_metrics import worker_registry
+
     try:
-        start_metrics_server(port)
+        start_metrics_server(port, registry=worker_registry())
     except OSError as exc:
         # Two workers on one host cannot share the port; the worker keeps working without it.
         log.error("cannot serve metrics on port %d: %s", port, exc, extra={"action": "metrics"})
-
-
-worker_ready.connect(serve_from_worker)

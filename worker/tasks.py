@@ -5,13 +5,20 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from celery.exceptions import Retry
-from celery.signals import after_setup_logger, after_setup_task_logger, worker_init
+from celery.signals import (
+    after_setup_logger,
+    after_setup_task_logger,
+    worker_init,
+    worker_ready,
+    worker_shutdown,
+)
 
 from models.db import size_pool_for
 from models.errors import StepFailedError
-from worker import runlog
+from models.settings import get_settings
+from worker import runlog, step_metrics
 from worker.app import TASK_REAP, TASK_RESUME, TASK_STEP, TASK_SWEEP, app
-from worker.stats import serve_from_worker  # noqa: F401  (serves metrics if configured)
+from worker.stats import serve_from_worker
 
 if TYPE_CHECKING:
     from worker.runtime import Failure
@@ -78,6 +85,9 @@ def reap() -> int:
 # Celery configures the handlers; ours name the run on every line (or write JSON).
 after_setup_logger.connect(runlog.install)
 after_setup_task_logger.connect(runlog.install)
+# With INTERLUDE_METRICS_PORT: the worker's own step metrics, served once it is ready.
+worker_ready.connect(serve_from_worker)
+worker_shutdown.connect(step_metrics.cleanup_worker)
 
 
 @worker_init.connect  # type: ignore[untyped-decorator]
@@ -93,6 +103,8 @@ def _load_flows(sender: Any = None, **_: Any) -> None:
     from worker.flows import load_flow_modules
     from worker.startup import refuse
 
+    # Before the flows are imported and the pool starts: its processes count into shared files.
+    step_metrics.prepare_worker(get_settings().metrics_port)
     try:
         load_flow_modules()
     except ConfigurationError as exc:

@@ -417,6 +417,8 @@ def test_metrics_are_served_until_interrupted(cli: Cli) -> None:
         exporter.send_signal(signal.SIGINT)
         stdout, stderr = exporter.communicate(timeout=30)
     assert 'interlude_waiting_runs{kind="approval"} 1.0' in page
+    assert 'interlude_runs{state="waiting"} 1.0' in page
+    assert 'interlude_runs{state="failed"} 0.0' in page
     assert exporter.returncode == 0, stderr
     assert stdout == "" and "Traceback" not in stderr
 

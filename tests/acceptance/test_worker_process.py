@@ -6,11 +6,12 @@ import json
 import os
 from collections.abc import Callable
 
+from tests.acceptance.brokers import publishing_to
 from tests.flows.interrupts import scratch_redis
 from tests.integration.test_stats import free_port, scrape
 from tests.resumes import wait_pending
 from tests.services import WorkerProcess, wait_for
-from worker import enqueue_run
+from worker import enqueue_run, get_run
 
 
 def test_the_notifier_is_called_in_the_worker_after_the_commit(
@@ -29,18 +30,30 @@ def test_the_notifier_is_called_in_the_worker_after_the_commit(
     assert notes[0]["pid"] != os.getpid()
 
 
-def test_a_worker_serves_the_metrics_when_asked(
+def test_a_worker_serves_only_its_own_step_metrics(
     db: str, start_worker: Callable[..., WorkerProcess]
 ) -> None:
-    # Given a waiting-free database and a worker started with INTERLUDE_METRICS_PORT
-    port = free_port()
-    start_worker("-c", "1", INTERLUDE_METRICS_PORT=str(port))
-    # When Prometheus scrapes it
+    # Given a worker (a prefork pool: its child executes the steps) started with
+    # INTERLUDE_METRICS_PORT, on a broker of its own so that it executes this test's run
+    port, broker = free_port(), os.environ["INTERLUDE_TEST_REDIS"]
+    start_worker("-c", "1", INTERLUDE_METRICS_PORT=str(port), INTERLUDE_BROKER_URL=broker)
+    with publishing_to(broker):
+        run_id = enqueue_run("three_steps", {})
+    wait_for(lambda: get_run(run_id).state == "succeeded", timeout=60)
+    # When Prometheus scrapes the worker
     samples = wait_for(lambda: _try_scrape(port), timeout=30)
-    # Then the worker answers with interlude's figures
-    assert samples["interlude_stats_up"] == 1
-    assert samples["interlude_waiting_runs{kind=approval}"] == 0
-    assert "interlude_steps_reexecuted_total" in samples
+    # Then it counts the steps its pool executed, with their durations
+    steps = {k: v for k, v in samples.items() if k.startswith("interlude_steps_total{")}
+    assert steps == {
+        "interlude_steps_total{flow=three_steps,outcome=advanced,step=first}": 1,
+        "interlude_steps_total{flow=three_steps,outcome=advanced,step=second}": 1,
+        "interlude_steps_total{flow=three_steps,outcome=completed,step=third}": 1,
+    }
+    assert samples["interlude_step_duration_seconds_count{flow=three_steps,step=third}"] == 1
+    # And none of the whole database's figures: those come from `interlude metrics` alone, so
+    # that adding up the workers counts nothing twice
+    global_names = ("interlude_stats_up", "interlude_waiting_runs", "interlude_runs{")
+    assert not [name for name in samples if name.startswith(global_names)]
 
 
 def _try_scrape(port: int) -> dict[str, float] | None:

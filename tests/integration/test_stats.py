@@ -17,7 +17,7 @@ from models import runs as run_store
 from models.db import transaction, utcnow
 from models.enums import InterruptKind, ResumeOutcome, RunState
 from models.tables import Interrupt, ResumeAttempt, Run
-from worker import ResumeContract, add_actor, enqueue_run, get_run, submit_resume
+from worker import ResumeContract, add_actor, enqueue_run, get_run, step_metrics, submit_resume
 from worker.stats import collect_stats, start_metrics_server
 from worker.testing import TaskRecorder
 
@@ -146,11 +146,22 @@ def test_figures_of_a_known_set_of_runs(db: str) -> None:
         "effects_reconciled": 1,
         "repairs_raised": 1,
     }
+    # And runs by state (every state listed), the failed one by flow and step
+    assert stats.runs_by_state == {
+        **{state.value: 0 for state in RunState},
+        "waiting": 4,
+        "queued": 1,
+        "succeeded": 1,
+        "failed": 1,
+    }
+    assert stats.failed_runs == {"stats_probe": {"only": 1}}
 
 
 def test_figures_of_an_empty_database(db: str) -> None:
     stats = collect_stats()
     assert stats.waiting_runs == 0
+    assert set(stats.runs_by_state.values()) == {0}
+    assert stats.failed_runs == {}
     assert set(stats.waiting_by_kind.values()) == {0}
     assert stats.oldest_waiting_age_seconds is None
     assert stats.median_waiting_age_seconds is None
@@ -240,3 +251,78 @@ def test_a_real_story_in_the_figures_and_the_exporter(
 
 def _contract(interrupt: Any, actor: str, certificate: dict[str, Any]) -> ResumeContract:
     return ResumeContract.for_interrupt(interrupt, actor=actor, input=certificate)
+
+
+def test_the_exporter_serves_runs_by_state_and_failed_runs(tasks: TaskRecorder) -> None:
+    # Given a run that failed for good, one that succeeded and one that waits
+    failed = enqueue_run("flaky", {"fail_times": 5})
+    enqueue_run("three_steps", {})
+    enqueue_run("approval", {})
+    tasks.drain()
+    assert get_run(failed).state == "failed"
+    # When the exporter of the whole database is scraped
+    server, _thread = start_metrics_server(free_port(), address="127.0.0.1")
+    try:
+        samples = scrape(server.server_port)
+    finally:
+        server.shutdown()
+        server.server_close()
+    # Then it has every state's count and the failed run under its flow and step
+    assert {s: samples[f"interlude_runs{{state={s.value}}}"] for s in RunState} == {
+        **{state: 0 for state in RunState},
+        RunState.FAILED: 1,
+        RunState.SUCCEEDED: 1,
+        RunState.WAITING: 1,
+    }
+    assert samples["interlude_failed_runs{flow=flaky,step=sometimes}"] == 1
+    # ... and no per-worker counter: steps are counted by the workers that execute them
+    assert not [name for name in samples if name.startswith("interlude_steps_total")]
+
+
+@pytest.fixture()
+def counting() -> Iterator[Any]:
+    """This process counts the steps it executes, in a registry of its own, as a worker does."""
+    from prometheus_client import CollectorRegistry
+
+    registry = CollectorRegistry()
+    step_metrics.enable(registry)
+    yield registry
+    step_metrics.disable()
+
+
+def test_a_worker_counts_the_steps_it_executes_by_outcome(
+    tasks: TaskRecorder, counting: Any
+) -> None:
+    # Given a three-step run, one that waits, and one whose step fails three times
+    enqueue_run("three_steps", {})
+    enqueue_run("approval", {})
+    enqueue_run("flaky", {"fail_times": 5})
+    # When their steps are executed in this process
+    tasks.drain()
+
+    # Then each execution was counted under its flow, step and outcome
+    def steps(flow: str, step: str, outcome: str) -> float | None:
+        labels = {"flow": flow, "step": step, "outcome": outcome}
+        value: float | None = counting.get_sample_value("interlude_steps_total", labels)
+        return value
+
+    assert steps("three_steps", "first", "advanced") == 1
+    assert steps("three_steps", "second", "advanced") == 1
+    assert steps("three_steps", "third", "completed") == 1
+    assert steps("approval", "prepare", "advanced") == 1
+    assert steps("approval", "gate", "waiting") == 1
+    assert steps("flaky", "sometimes", "retrying") == 2
+    assert steps("flaky", "sometimes", "failed") == 1
+    # And the failures by the error's class, and one duration per execution
+    failures = {"flow": "flaky", "step": "sometimes", "error": "RuntimeError"}
+    assert counting.get_sample_value("interlude_step_failures_total", failures) == 3
+    durations = {"flow": "flaky", "step": "sometimes"}
+    assert counting.get_sample_value("interlude_step_duration_seconds_count", durations) == 3
+    assert counting.get_sample_value("interlude_step_duration_seconds_sum", durations) > 0
+    # And no figure of the whole database: summing workers must not count a run twice
+    names = {metric.name for metric in counting.collect()}
+    assert names == {
+        "interlude_steps",
+        "interlude_step_duration_seconds",
+        "interlude_step_failures",
+    }

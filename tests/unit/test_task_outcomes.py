@@ -14,7 +14,7 @@ from worker.tasks import MAX_TASK_ERROR, report
 
 
 def _failure(*, retry_in: float | None, error: str = "RuntimeError: flaky failure 1") -> Failure:
-    return Failure("run-1", "procurement", "certify", 2, error, retry_in)
+    return Failure("run-1", "procurement", "certify", 2, error, "RuntimeError", retry_in)
 
 
 def test_a_step_that_did_not_fail_ends_the_task_normally() -> None:
