@@ -4,18 +4,21 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
+from typing import TypeVar
 
 from sqlalchemy import Engine
 from sqlalchemy.engine import make_url
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session, sessionmaker
 
 from models.dialects import Dialect, dialect_for
 from models.settings import get_settings
 
 DEFAULT_POOL_SIZE = 5
+T = TypeVar("T")
 
 _lock = threading.Lock()
 # Set by a worker whose pool runs many steps at once in one process (threads).
@@ -84,6 +87,22 @@ def transaction(*, readonly: bool = False) -> Iterator[Session]:
         raise
     finally:
         session.close()
+
+
+def once_more_if_disconnected(work: Callable[[], T]) -> T:
+    """``work()`` (its own transaction), tried once more if the connection turned out dead.
+
+    Pooled connections are pinged only after sitting idle, so the first transaction after a
+    database restart can meet a closed one; SQLAlchemy then drops the pool's connections and
+    the second try gets a new connection. Only for work that is safe to repeat when its first
+    commit might have landed (a compare-and-set claim, a read).
+    """
+    try:
+        return work()
+    except DBAPIError as exc:
+        if not exc.connection_invalidated:
+            raise
+    return work()
 
 
 def dialect(session: Session) -> Dialect:

@@ -7,6 +7,7 @@ strategy leaves queries as they are and prepares each connection for that.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -28,11 +29,16 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.engine import URL, CursorResult, make_url
 from sqlalchemy.engine import Dialect as SQLDialect
+from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.orm import Session
 from sqlalchemy.sql import Insert, Select, Update
 from sqlalchemy.sql.dml import UpdateBase
 
 SQLITE_BUSY_TIMEOUT_MS = 30_000
+# A pooled PostgreSQL connection unused for this long is pinged before it is handed out (a
+# server restart or an idle timeout may have closed it meanwhile). One in steady use is not:
+# a ping on every checkout is a round trip and a server transaction per transaction of ours.
+IDLE_PING_SECONDS = 1.0
 
 # Column types, the same tables on both: JSONB on PostgreSQL, JSON text on SQLite...
 Json = JSON().with_variant(JSONB(), "postgresql")
@@ -72,7 +78,9 @@ class Dialect:
         if url.drivername in ("postgresql", "postgres"):
             # psycopg 3 is the driver we ship; plain postgresql:// would ask for psycopg2.
             url = url.set(drivername="postgresql+psycopg")
-        return create_engine(url, pool_pre_ping=True, pool_size=pool_size, max_overflow=10)
+        engine = create_engine(url, pool_size=pool_size, max_overflow=10)
+        _ping_when_idle(engine)
+        return engine
 
     def lock(self, query: S, *, of: Any = None) -> S:
         """Rows (of ``of``, if given) this transaction is about to change: contenders queue
@@ -145,6 +153,30 @@ class SQLiteDialect(Dialect):
             for write in writes:
                 session.execute(write)
         return result
+
+
+def _ping_when_idle(engine: Engine) -> None:
+    """Ping a connection on checkout only if it sat in the pool for ``IDLE_PING_SECONDS``.
+
+    A connection that dies while in steady use fails its next transaction instead, and
+    SQLAlchemy then discards every connection of the pool opened before the failure; the
+    worker's claim tries once more on a fresh one (``models.db.once_more_if_disconnected``).
+    """
+
+    @event.listens_for(engine, "checkin")
+    def _checked_in(_dbapi_conn: Any, record: Any) -> None:
+        record.info["idle_since"] = time.monotonic()
+
+    @event.listens_for(engine, "checkout")
+    def _checked_out(dbapi_conn: Any, record: Any, _proxy: Any) -> None:
+        idle_since = record.info.get("idle_since")
+        if idle_since is None or time.monotonic() - idle_since < IDLE_PING_SECONDS:
+            return
+        try:
+            engine.dialect.do_ping(dbapi_conn)
+        except Exception as error:
+            # The pool discards this connection and checks out another (a new one if need be).
+            raise DisconnectionError(f"stale pooled connection: {error}") from error
 
 
 def _serialise_writers(engine: Engine) -> None:

@@ -20,7 +20,7 @@ from models import effects as effect_store
 from models import interrupts as interrupt_store
 from models import runs as store
 from models.contracts import InterruptDecl, json_copy
-from models.db import transaction, utcnow
+from models.db import once_more_if_disconnected, transaction, utcnow
 from models.effects import LedgerEntry, load_ledger
 from models.enums import EventKind, InterruptKind, RunState
 from models.errors import (
@@ -200,8 +200,13 @@ def _discard(run_id: str, exc: InterludeError) -> Ended:
 
 
 def _claim(run_id: str, owner: str) -> Claimed | None:
-    waiting: list[tuple[Flow, Interrupt]] = []
-    claimed = _claim_run(run_id, owner, waiting)
+    def attempt() -> tuple[Claimed | None, list[tuple[Flow, Interrupt]]]:
+        waiting: list[tuple[Flow, Interrupt]] = []
+        return _claim_run(run_id, owner, waiting), waiting
+
+    # (If the first try's commit landed after all, the second finds the run claimed: nothing
+    # runs, and the reaper hands the run on when that lease expires.)
+    claimed, waiting = once_more_if_disconnected(attempt)
     # A run renewed for review on a newer version waits now: notify once it is committed.
     for flow, interrupt in waiting:
         notify(flow, interrupt)

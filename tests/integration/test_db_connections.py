@@ -1,0 +1,96 @@
+"""Pooled connections that the server closed: pinged after idling, tried again when in use.
+
+The hot path pings no connection it just used (a ping is a round trip and, on PostgreSQL, a
+transaction of its own); these tests kill the server side of a pooled connection and show that
+interlude still gets through.
+"""
+
+from __future__ import annotations
+
+import pytest
+from sqlalchemy import text
+from sqlalchemy.exc import DBAPIError
+
+from models import dialects
+from models.db import get_engine, once_more_if_disconnected, transaction
+
+
+@pytest.fixture()
+def pg(db: str, backend: str) -> str:
+    if backend != "postgresql":
+        pytest.skip("SQLite has no server to close a connection")
+    return db
+
+
+def _pooled_backend_pid(url: str) -> int:
+    """Use one connection and put it back in the pool; the server's pid for it."""
+    with get_engine(url).connect() as conn:
+        return int(conn.execute(text("SELECT pg_backend_pid()")).scalar_one())
+
+
+def _terminate(url: str, pid: int) -> None:
+    # From a connection outside interlude's pool, as an operator or a server restart would.
+    admin = dialects.dialect_for(url).create(get_engine(url).url, 1)
+    try:
+        with admin.connect() as conn:
+            assert conn.execute(text("SELECT pg_terminate_backend(:p)"), {"p": pid}).scalar_one()
+    finally:
+        admin.dispose()
+
+
+def _select_one() -> int:
+    with transaction() as session:
+        return int(session.execute(text("SELECT 1")).scalar_one())
+
+
+def test_a_connection_closed_while_idle_is_replaced_before_use(
+    pg: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a pooled connection whose server side was closed while it sat idle
+    monkeypatch.setattr(dialects, "IDLE_PING_SECONDS", 0.0)
+    closed = _pooled_backend_pid(pg)
+    _terminate(pg, closed)
+    # When the next transaction checks it out, Then the ping finds it dead and a new one is used
+    assert _select_one() == 1
+    assert _pooled_backend_pid(pg) != closed
+
+
+def test_a_connection_in_steady_use_is_not_pinged(pg: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given a connection used a moment ago (well within the idle time) and closed since
+    monkeypatch.setattr(dialects, "IDLE_PING_SECONDS", 3600.0)
+    _terminate(pg, _pooled_backend_pid(pg))
+    # Then the next transaction meets the closed connection: it was not pinged first
+    with pytest.raises(DBAPIError) as failed:
+        _select_one()
+    assert failed.value.connection_invalidated
+    # And the one after it gets a new connection
+    assert _select_one() == 1
+
+
+def test_work_safe_to_repeat_goes_through_a_closed_connection(
+    pg: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(dialects, "IDLE_PING_SECONDS", 3600.0)
+    _terminate(pg, _pooled_backend_pid(pg))
+    tries: list[int] = []
+
+    def work() -> int:
+        tries.append(1)
+        return _select_one()
+
+    # When repeatable work meets the closed connection, Then its second try succeeds
+    assert once_more_if_disconnected(work) == 1
+    assert len(tries) == 2
+
+
+def test_other_database_errors_are_not_tried_again(db: str) -> None:
+    tries: list[int] = []
+
+    def work() -> None:
+        tries.append(1)
+        with transaction() as session:
+            session.execute(text("SELECT * FROM no_such_table"))
+
+    with pytest.raises(DBAPIError):
+        once_more_if_disconnected(work)
+    assert len(tries) == 1
