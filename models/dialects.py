@@ -78,7 +78,9 @@ class Dialect:
         if url.drivername in ("postgresql", "postgres"):
             # psycopg 3 is the driver we ship; plain postgresql:// would ask for psycopg2.
             url = url.set(drivername="postgresql+psycopg")
-        engine = create_engine(url, pool_size=pool_size, max_overflow=10)
+        # LIFO: the connection just returned is the next one handed out, so the ones in use
+        # stay warm (never pinged) and the rest idle at the bottom of the pool.
+        engine = create_engine(url, pool_size=pool_size, max_overflow=10, pool_use_lifo=True)
         _ping_when_idle(engine)
         return engine
 

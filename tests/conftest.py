@@ -10,15 +10,20 @@ import pytest
 
 from tests.services import (
     FLOW_MODULES,
-    REDIS_URL,
     TABLES,
     WorkerProcess,
     create_pg_database,
+    publishing_to,
+    redis_base,
     redis_client,
 )
 
-# The broker is fixed before the Celery app is imported: one Redis database per test session.
+# The broker is fixed before the Celery app is imported. Three Redis databases (of this
+# process's own Redis, unless INTERLUDE_TEST_REDIS_BASE names one): the session's broker, the
+# test flows' outside world, and the broker of tests that start worker processes of their own.
+REDIS_URL = redis_base()
 REDIS_DB = int(os.environ.get("INTERLUDE_TEST_REDIS_DB", "9"))
+OWN_BROKER_DB = REDIS_DB + 2
 os.environ["INTERLUDE_BROKER_URL"] = f"{REDIS_URL}/{REDIS_DB}"
 os.environ["INTERLUDE_TEST_REDIS"] = f"{REDIS_URL}/{REDIS_DB + 1}"
 os.environ["INTERLUDE_FLOWS"] = FLOW_MODULES
@@ -124,8 +129,31 @@ def shared_worker(database_url: str, logs_dir: Path) -> Iterator[WorkerProcess]:
 
 
 @pytest.fixture()
-def start_worker(database_url: str, logs_dir: Path) -> Iterator[Callable[..., WorkerProcess]]:
-    """Start extra workers (or beat) for one test; all are stopped when it ends."""
+def own_broker(broker: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """An empty broker that only this test's own processes use, and this process publishes to.
+
+    The session's shared worker consumes the session's broker: it would take the tasks of a
+    test that starts workers with settings of their own (short leases, crash points), and run
+    them with its own.
+    """
+    url = f"{REDIS_URL}/{OWN_BROKER_DB}"
+    redis_client(OWN_BROKER_DB).flushdb()
+    monkeypatch.setenv("INTERLUDE_BROKER_URL", url)
+    with publishing_to(url):
+        yield url
+
+
+@pytest.fixture()
+def start_worker(
+    database_url: str, logs_dir: Path, request: pytest.FixtureRequest
+) -> Iterator[Callable[..., WorkerProcess]]:
+    """Start extra workers (or beat) for one test; all are stopped when it ends.
+
+    They use a broker of the test's own (``own_broker``), unless the test works with the
+    session's shared worker or chose its broker (``broker_url``).
+    """
+    if not {"shared_worker", "broker_url"} & set(request.fixturenames):
+        request.getfixturevalue("own_broker")
     started: list[WorkerProcess] = []
 
     def start(*args: str, kind: str = "worker", **env: str) -> WorkerProcess:

@@ -9,7 +9,8 @@ import os
 import subprocess
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,9 @@ ROOT = Path(__file__).resolve().parent.parent
 PG_ADMIN_URL = os.environ.get(
     "INTERLUDE_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
 )
-REDIS_URL = os.environ.get("INTERLUDE_TEST_REDIS_BASE", "redis://127.0.0.1:6379")
+# Set it to use an existing Redis (its databases 9 to 11); by default each test process starts
+# a Redis of its own (``redis_base``).
+REDIS_BASE_VARIABLE = "INTERLUDE_TEST_REDIS_BASE"
 FLOW_MODULES = (
     "tests.flows.engine,tests.flows.interrupts,tests.flows.effects,tests.flows.expiry,"
     "tests.flows.cli,examples.procurement,examples.deploy_gate"
@@ -54,8 +57,37 @@ def create_pg_database() -> tuple[str, Callable[[], None]]:
     return url, drop
 
 
+_session_redis: Any = None
+
+
+def redis_base() -> str:
+    """``redis://host:port`` of the Redis this test process uses, started on first use.
+
+    A server of the process's own (no persistence, stopped when the process exits), unless
+    INTERLUDE_TEST_REDIS_BASE names one: parallel test processes, other checkouts' suites and
+    benchmarks on the machine's shared Redis then never take each other's tasks.
+    """
+    global _session_redis
+    given = os.environ.get(REDIS_BASE_VARIABLE)
+    if given:
+        return given.rstrip("/")
+    if _session_redis is None:
+        import atexit
+        import tempfile
+
+        from tests.acceptance.private_services import PrivateRedis
+
+        directory = Path(tempfile.mkdtemp(prefix="interlude-test-redis-"))
+        try:
+            _session_redis = PrivateRedis(directory).start()
+        except Exception as exc:
+            unavailable("redis-server", exc)
+        atexit.register(_session_redis.stop)
+    return str(_session_redis.url()).rsplit("/", 1)[0]
+
+
 def redis_client(db: int) -> redis.Redis:
-    client = redis.Redis.from_url(f"{REDIS_URL}/{db}")
+    client = redis.Redis.from_url(f"{redis_base()}/{db}")
     try:
         client.ping()
     except Exception as exc:
@@ -129,3 +161,28 @@ def wait_for(predicate: Callable[[], Any], timeout: float = 30.0, interval: floa
             return value
         time.sleep(interval)
     raise AssertionError(f"condition not met within {timeout}s (last value: {value!r})")
+
+
+@contextmanager
+def publishing_to(url: str) -> Iterator[None]:
+    """Point this process's Celery app (enqueue, resume, remote control) at ``url``."""
+    from worker import app
+
+    previous = app.conf.broker_url
+    _forget_connections()
+    app.conf.broker_url = url
+    try:
+        yield
+    finally:
+        _forget_connections()
+        app.conf.broker_url = previous
+
+
+def _forget_connections() -> None:
+    # The app keeps a connection pool and a producer pool built for the URL it had then;
+    # Celery drops both the same way after a fork. They are not closed: kombu keeps them in a
+    # registry per broker, and hands the same ones back when the app returns to that broker.
+    from worker import app
+
+    app._pool = None
+    app.amqp._producer_pool = None

@@ -8,14 +8,10 @@ variant costs minutes.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
-
 import pytest
 from kombu import Connection
 
 from tests.acceptance.private_services import PrivateRabbit
-from worker import app
 from worker.app import QUEUE_MAINTENANCE, QUEUE_RESUMES, QUEUE_STEPS
 
 BROKERS = ["redis", "rabbitmq"]
@@ -29,27 +25,6 @@ def rabbit_for(request: pytest.FixtureRequest) -> PrivateRabbit:
     node: PrivateRabbit = request.getfixturevalue("rabbit_node")
     purge(node.url())
     return node
-
-
-@contextmanager
-def publishing_to(url: str) -> Iterator[None]:
-    """Point this process's Celery app (enqueue, resume, remote control) at ``url``."""
-    previous = app.conf.broker_url
-    _forget_connections()
-    app.conf.broker_url = url
-    try:
-        yield
-    finally:
-        _forget_connections()
-        app.conf.broker_url = previous
-
-
-def _forget_connections() -> None:
-    # The app keeps a connection pool and a producer pool built for the URL it had then;
-    # Celery drops both the same way after a fork. They are not closed: kombu keeps them in a
-    # registry per broker, and hands the same ones back when the app returns to that broker.
-    app._pool = None
-    app.amqp._producer_pool = None
 
 
 def purge(url: str) -> None:

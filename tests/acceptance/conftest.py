@@ -4,15 +4,15 @@ the broker each broker-sensitive test runs on (``brokers.py``)."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.acceptance.brokers import BROKERS, publishing_to, rabbit_for
+from tests.acceptance.brokers import BROKERS, rabbit_for
 from tests.acceptance.private_services import PrivateRabbit
 from tests.conftest import worker_env
+from tests.services import publishing_to
 from tests.webserver import WebServer
 
 HERE = Path(__file__).resolve().parent
@@ -74,8 +74,10 @@ BROKER_SENSITIVE = {"tests.acceptance.test_effect_crashes", "tests.acceptance.te
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if metafunc.module.__name__ in BROKER_SENSITIVE and "db" in metafunc.fixturenames:
-        if "broker_url" not in metafunc.fixturenames:
-            metafunc.fixturenames.append("broker_url")
+        # Named in the test's signature: a fixture only added here would be parametrized but
+        # never set up, and every variant would quietly run on Redis.
+        if "broker_url" not in metafunc.definition.fixturenames:
+            raise pytest.UsageError(f"{metafunc.definition.nodeid} must take broker_url")
         metafunc.parametrize("broker_url", BROKERS, indirect=True)
 
 
@@ -87,7 +89,7 @@ def broker_url(
     the private RabbitMQ node with empty queues. Workers started by the test inherit it
     (INTERLUDE_BROKER_URL), and this process publishes to it."""
     if getattr(request, "param", "redis") == "redis":
-        yield os.environ["INTERLUDE_BROKER_URL"]
+        yield request.getfixturevalue("own_broker")
         return
     node = rabbit_for(request)
     monkeypatch.setenv("INTERLUDE_BROKER_URL", node.url())

@@ -65,7 +65,7 @@ def _crashed(run_id: str, point: str) -> bool:
 
 
 def test_killed_at_every_point_of_an_effect_applies_it_exactly_once(
-    db: str, start_worker: Callable[..., WorkerProcess], tmp_path: Path
+    db: str, broker_url: str, start_worker: Callable[..., WorkerProcess], tmp_path: Path
 ) -> None:
     # Given two workers, beat running the reaper, and 20 runs for each crash point
     _start_cluster(start_worker, tmp_path)
@@ -112,7 +112,7 @@ def _resolve(interrupt: Any, credential: str, finding: dict[str, Any]) -> bool:
 
 
 def test_killed_effect_that_cannot_be_reconciled_becomes_a_repair_for_an_operator(
-    db: str, start_worker: Callable[..., WorkerProcess], tmp_path: Path
+    db: str, broker_url: str, start_worker: Callable[..., WorkerProcess], tmp_path: Path
 ) -> None:
     credential = add_actor("night-operator", ["operator"])
     _start_cluster(start_worker, tmp_path)

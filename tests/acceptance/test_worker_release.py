@@ -12,7 +12,7 @@ from sqlalchemy import func, select
 from models.db import transaction
 from models.tables import Event, Run
 from tests.acceptance.brokers import queued_messages
-from tests.conftest import REDIS_DB
+from tests.conftest import OWN_BROKER_DB
 from tests.resumes import contract_for, wait_finished, wait_pending
 from tests.services import WorkerProcess, redis_client, wait_for
 from worker import add_actor, app, enqueue_run, list_interrupts, submit_resume
@@ -72,7 +72,7 @@ def _queued_messages(broker: str) -> dict[str, int]:
     """
     if broker.startswith("amqp://"):
         return queued_messages(broker)
-    redis = redis_client(REDIS_DB)
+    redis = redis_client(OWN_BROKER_DB)
     counts: dict[str, int] = {}
     for key in redis.scan_iter("interlude.*"):
         if redis.type(key) == b"list":

@@ -22,9 +22,8 @@ from sqlalchemy import select
 from models.contracts import ResumeContract
 from models.db import transaction, utcnow
 from models.tables import Interrupt, Run
-from tests.acceptance.brokers import publishing_to
 from tests.flows.effects import applied, landed, outside, receipt_of, ship_calls
-from tests.services import WorkerProcess, wait_for
+from tests.services import WorkerProcess, publishing_to, wait_for
 from worker import add_actor, enqueue_run, get_run, list_interrupts, submit_resume
 from worker.reaper import reap
 from worker.runs import list_effects

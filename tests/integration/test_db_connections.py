@@ -12,13 +12,15 @@ from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
 
 from models import dialects
-from models.db import get_engine, once_more_if_disconnected, transaction
+from models.db import dispose_engines, get_engine, once_more_if_disconnected, transaction
 
 
 @pytest.fixture()
 def pg(db: str, backend: str) -> str:
     if backend != "postgresql":
         pytest.skip("SQLite has no server to close a connection")
+    # A pool of one connection, so that the next transaction is sure to take the closed one.
+    dispose_engines()
     return db
 
 
