@@ -21,9 +21,15 @@ from sqlalchemy import (
     Integer,
     Result,
     Table,
+    Text,
     TypeDecorator,
+    bindparam,
+    column,
     create_engine,
     event,
+    func,
+    insert,
+    select,
 )
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.dialects.postgresql import JSONB
@@ -101,6 +107,34 @@ class Dialect:
         """An INSERT that writes nothing (no error) when ``key`` is already taken."""
         return postgresql.insert(table).on_conflict_do_nothing(index_elements=list(key))
 
+    def insert_rows(
+        self, table: Table, common: dict[str, Any], rows: Sequence[dict[str, Any]]
+    ) -> list[Insert]:
+        """INSERTs of ``rows`` into ``table``, in their order, each with the ``common`` values.
+
+        One statement whatever the number of rows: the rows travel as one JSON parameter and
+        are inserted in the order given (ids in that order too), so its compiled form is
+        cached like any other. (A multi-row VALUES is compiled again at every execution.) The
+        values of ``rows`` must be JSON; the columns they fill are text or JSON.
+        """
+        if not rows:
+            return []
+        keys = list(rows[0])
+        numbered = [{"i": i, **row} for i, row in enumerate(rows)]
+        columns: list[Any] = [column("i", Integer)]
+        for k in keys:
+            columns.append(column(k, JSONB() if isinstance(table.c[k].type, JSON) else Text()))
+        given = (
+            func.jsonb_to_recordset(bindparam(f"{table.name}_rows", numbered, type_=JSONB))
+            .table_valued(*columns)
+            .render_derived(name=f"{table.name}_given", with_types=True)
+        )
+        commons = [
+            bindparam(f"{table.name}_{k}", v, type_=table.c[k].type) for k, v in common.items()
+        ]
+        query = select(*commons, *(given.c[k] for k in keys)).order_by(given.c.i)
+        return [insert(table).from_select([*common, *keys], query)]
+
     def execute_with(
         self, session: Session, statement: UpdateBase, writes: Sequence[Insert | Update]
     ) -> Result[Any]:
@@ -137,6 +171,12 @@ class SQLiteDialect(Dialect):
 
     def insert_unless_present(self, table: Table, *key: str) -> Insert:
         return sqlite.insert(table).on_conflict_do_nothing(index_elements=list(key))
+
+    # In-process: one single-row INSERT per row (each compiled once), executed in order.
+    def insert_rows(
+        self, table: Table, common: dict[str, Any], rows: Sequence[dict[str, Any]]
+    ) -> list[Insert]:
+        return [insert(table).values({**common, **row}) for row in rows]
 
     # SQLite has no data-modifying CTEs; it is in-process, so a round trip costs little.
     def execute_with(

@@ -80,13 +80,14 @@ def record_events(
     at: datetime | None = None,
     moves: Sequence[tuple[str | None, str | None]] = (),
 ) -> None:
-    """Append audit events in one statement; ``moves`` are the states the first ones move
-    between (events past them are facts, not transitions)."""
-    for write in events_insert(run_id, actor=actor, events=events, at=at, moves=moves):
+    """Append audit events; ``moves`` are the states the first ones move between (events
+    past them are facts, not transitions)."""
+    for write in events_insert(session, run_id, actor=actor, events=events, at=at, moves=moves):
         session.execute(write)
 
 
 def events_insert(
+    session: Session,
     run_id: str,
     *,
     actor: str,
@@ -94,20 +95,12 @@ def events_insert(
     at: datetime | None = None,
     moves: Sequence[tuple[str | None, str | None]] = (),
 ) -> list[Insert]:
-    """The INSERT of those events, to be executed with other writes (none if no events).
-
-    One statement, so that the events' ids follow their order; a single event is written
-    with a one-row VALUES, whose compiled form SQLAlchemy caches (a multi-row VALUES is
-    compiled again at every execution).
-    """
-    at = at or utcnow()
+    """The INSERTs of those events, in their order, to be executed with other writes (none
+    if no events): one statement on PostgreSQL, whatever their number."""
     # Core inserts: events are never read back through the session, and skipping the ORM's
     # unit of work for them is a measurable share of a step's cost.
     rows = [
         {
-            "run_id": run_id,
-            "at": at,
-            "actor": actor,
             "trigger": EventKind(kind).value,
             "from_state": moves[i][0] if i < len(moves) else None,
             "to_state": moves[i][1] if i < len(moves) else None,
@@ -115,9 +108,8 @@ def events_insert(
         }
         for i, (kind, detail) in enumerate(events)
     ]
-    if not rows:
-        return []
-    return [insert(EVENTS).values(rows[0] if len(rows) == 1 else rows)]
+    common = {"run_id": run_id, "at": at or utcnow(), "actor": actor}
+    return dialect(session).insert_rows(EVENTS, common, rows)
 
 
 def record_refusal_once(session: Session, run_id: str, *, actor: str, reason: str) -> bool:
@@ -200,6 +192,7 @@ def insert_run(
         created_at=now,
     )
     enqueued = events_insert(
+        session,
         run.id,
         actor=started_by or "app",
         events=[(EventKind.ENQUEUE, {"flow": flow_name, "version": flow_version})],
@@ -344,6 +337,7 @@ def move_through(
     if fence_epoch is not None:
         stmt = stmt.where(RUNS.c.lease_epoch == fence_epoch)
     events = events_insert(
+        session,
         run.id,
         actor=actor,
         events=[*triggers, *facts],

@@ -12,34 +12,23 @@ from __future__ import annotations
 import os
 import signal
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
-import pytest
 from sqlalchemy import select
 
 from models.contracts import ResumeContract
 from models.db import transaction, utcnow
 from models.tables import Interrupt, Run
 from tests.flows.effects import applied, landed, outside, receipt_of, ship_calls
-from tests.services import WorkerProcess, publishing_to, wait_for
+from tests.services import WorkerProcess, wait_for
 from worker import add_actor, enqueue_run, get_run, list_interrupts, submit_resume
 from worker.reaper import reap
 from worker.runs import list_effects
 
 GRACE = 2.0
 ENV = {"INTERLUDE_EFFECT_GRACE": str(GRACE), "INTERLUDE_EFFECT_MARGIN": "0.5"}
-
-
-@pytest.fixture(autouse=True)
-def _own_broker() -> Iterator[None]:
-    """These tests' workers and this process use the scratch Redis database as broker, so that
-    the session's shared worker never takes their tasks."""
-    url = os.environ["INTERLUDE_TEST_REDIS"]
-    ENV["INTERLUDE_BROKER_URL"] = url
-    with publishing_to(url):
-        yield
 
 
 def _lease_expired(run_id: str) -> bool:
