@@ -16,7 +16,6 @@ from typing import Any
 
 import pytest
 
-from tests.acceptance.brokers import publishing_to
 from tests.services import ROOT, WorkerProcess, wait_for
 from worker import enqueue_run, get_run
 from worker.app import QUEUE_MAINTENANCE, QUEUE_RESUMES, QUEUE_STEPS, TASK_STEP
@@ -85,8 +84,9 @@ class Flower:
 
 
 @pytest.fixture()
-def flower(db: str, logs_dir: Path) -> Iterator[Flower]:
-    process = Flower(db, logs_dir / f"flower-{free_port()}.log")
+def flower(db: str, logs_dir: Path, own_broker: str) -> Iterator[Flower]:
+    """A Flower on the broker of this test's own workers (``own_broker``)."""
+    process = Flower(db, logs_dir / f"flower-{free_port()}.log", broker_url=own_broker)
     yield process
     process.stop()
 
@@ -115,7 +115,6 @@ def test_flower_shows_the_worker_a_run_step_task_and_the_queues(
     run_id = enqueue_run("deploy_gate", DEPLOY)
 
     # Then Flower has seen an interlude.run_step task for it succeed, on a worker it lists
-    # (the session's shared worker may be consuming the same queues and take it)
     def step_task() -> dict[str, Any] | None:
         tasks = flower.try_get(f"/api/tasks?taskname={TASK_STEP}") or {}
         return next((t for t in tasks.values() if run_id in str(t.get("args"))), None)
@@ -131,13 +130,11 @@ def test_flower_shows_the_worker_a_run_step_task_and_the_queues(
 
 
 @pytest.fixture()
-def own_flower(db: str, logs_dir: Path) -> Iterator[tuple[Flower, str]]:
-    """A Flower, this process and the test's workers on the scratch Redis as broker: the
-    session's shared worker cannot take these tasks, and Flower sees only this test's."""
-    url = os.environ["INTERLUDE_TEST_REDIS"]
-    process = Flower(db, logs_dir / f"flower-{free_port()}.log", broker_url=url)
-    with publishing_to(url):
-        yield process, url
+def own_flower(db: str, logs_dir: Path, own_broker: str) -> Iterator[tuple[Flower, str]]:
+    """A Flower, this process and the test's workers on the test's own broker: the session's
+    shared worker cannot take these tasks, and Flower sees only this test's."""
+    process = Flower(db, logs_dir / f"flower-{free_port()}.log", broker_url=own_broker)
+    yield process, own_broker
     process.stop()
 
 

@@ -6,7 +6,6 @@ import json
 import os
 from collections.abc import Callable
 
-from tests.acceptance.brokers import publishing_to
 from tests.flows.interrupts import scratch_redis
 from tests.integration.test_stats import free_port, scrape
 from tests.resumes import wait_pending
@@ -31,14 +30,13 @@ def test_the_notifier_is_called_in_the_worker_after_the_commit(
 
 
 def test_a_worker_serves_only_its_own_step_metrics(
-    db: str, start_worker: Callable[..., WorkerProcess]
+    db: str, own_broker: str, start_worker: Callable[..., WorkerProcess]
 ) -> None:
     # Given a worker (a prefork pool: its child executes the steps) started with
     # INTERLUDE_METRICS_PORT, on a broker of its own so that it executes this test's run
-    port, broker = free_port(), os.environ["INTERLUDE_TEST_REDIS"]
-    start_worker("-c", "1", INTERLUDE_METRICS_PORT=str(port), INTERLUDE_BROKER_URL=broker)
-    with publishing_to(broker):
-        run_id = enqueue_run("three_steps", {})
+    port = free_port()
+    start_worker("-c", "1", INTERLUDE_METRICS_PORT=str(port))
+    run_id = enqueue_run("three_steps", {})
     wait_for(lambda: get_run(run_id).state == "succeeded", timeout=60)
     # When Prometheus scrapes the worker
     samples = wait_for(lambda: _try_scrape(port), timeout=30)
