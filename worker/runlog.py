@@ -3,15 +3,23 @@
 The step runtime binds the run it is executing (``bind``); a filter on the process's handlers
 adds ``run_id``, ``flow`` and ``step`` to every record from that context (or from the record's
 own ``extra``), and appends them to the text of human-readable lines.
+
+Text lines are escaped (``EscapeControls``): a control character in a message, in its
+arguments or in an exception's message is written as an escape, so a value that reached a
+log call cannot end the line and forge the next one. JSON lines are JSON-escaped already.
 """
 
 from __future__ import annotations
 
 import logging
+import numbers
+import traceback
+from collections.abc import Mapping
 from contextvars import ContextVar
+from types import TracebackType
 from typing import Any
 
-from models.settings import get_settings
+from worker.safetext import escape_controls
 
 JSON_FIELDS = "%(asctime)s %(levelname)s %(name)s %(processName)s %(message)s"
 FIELDS = ("run_id", "flow", "step")
@@ -33,6 +41,79 @@ def clear() -> None:
     _current.set(None)
 
 
+class _Shown:
+    """A log argument that prints escaped, however the message formats it (%s, %r)."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: object) -> None:
+        self.value = value
+
+    def __str__(self) -> str:
+        return escape_controls(str(self.value))
+
+    def __repr__(self) -> str:
+        return escape_controls(repr(self.value))
+
+    def __format__(self, spec: str) -> str:
+        return escape_controls(format(self.value, spec))
+
+
+def _shown(value: object) -> object:
+    # Numbers keep their type (%d, %.1f need it) and print no control character.
+    if value is None or isinstance(value, numbers.Number):
+        return value
+    return _Shown(value)
+
+
+ExcInfo = tuple[type[BaseException], BaseException, TracebackType | None]
+_CAUSE = "\nThe above exception was the direct cause of the following exception:\n\n"
+_CONTEXT = "\nDuring handling of the above exception, another exception occurred:\n\n"
+
+
+def safe_traceback(exc_info: ExcInfo | tuple[None, None, None]) -> str:
+    """The traceback as ``logging`` prints it, with each exception's message on one escaped
+    line: the frames come from our code, the messages may quote anything."""
+    if exc_info[1] is None:
+        return ""
+    return "".join(_chain(exc_info[1], set())).rstrip("\n")
+
+
+def _chain(exc: BaseException, seen: set[int]) -> list[str]:
+    seen.add(id(exc))
+    parts: list[str] = []
+    cause, context = exc.__cause__, exc.__context__
+    if cause is not None and id(cause) not in seen:
+        parts += [*_chain(cause, seen), _CAUSE]
+    elif context is not None and not exc.__suppress_context__ and id(context) not in seen:
+        parts += [*_chain(context, seen), _CONTEXT]
+    if exc.__traceback__ is not None:
+        parts.append("Traceback (most recent call last):\n")
+        for frame in traceback.format_tb(exc.__traceback__):
+            parts += [escape_controls(line) + "\n" for line in frame.rstrip("\n").split("\n")]
+    only = "".join(traceback.format_exception_only(type(exc), exc)).rstrip("\n")
+    parts.append(escape_controls(only) + "\n")
+    return parts
+
+
+class EscapeControls(logging.Filter):
+    """Escapes control characters in a text record's message, arguments and exception."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if getattr(record, "_interlude_escaped", False):
+            return True
+        msg = record.msg
+        record.msg = escape_controls(msg) if isinstance(msg, str) else _Shown(msg)
+        if isinstance(record.args, Mapping):
+            record.args = {key: _shown(value) for key, value in record.args.items()}
+        elif record.args:
+            record.args = tuple(_shown(value) for value in record.args)
+        if record.exc_info and not record.exc_text:
+            record.exc_text = safe_traceback(record.exc_info)
+        record._interlude_escaped = True
+        return True
+
+
 class RunContext(logging.Filter):
     """Adds run_id, flow and step to records; names them in the text of human lines."""
 
@@ -51,12 +132,17 @@ class RunContext(logging.Filter):
             named += [
                 f"{f} {getattr(record, f)}" for f in ("flow", "step") if getattr(record, f, None)
             ]
-            record.msg = f"{record.msg} [{', '.join(named)}]"
+            # run_id may be what a caller claimed (a resume contract's): escaped like the rest.
+            suffix = escape_controls(f" [{', '.join(named)}]")
+            # The suffix is text, not format: a % in it must not be read as a placeholder.
+            record.msg = f"{record.msg}{suffix.replace('%', '%%') if record.args else suffix}"
             record._interlude_named = True
         return True
 
 
 def wants_json() -> bool:
+    from models.settings import get_settings
+
     return get_settings().log_format == "json"
 
 
@@ -71,7 +157,32 @@ def install(logger: logging.Logger | None = None, **_: Any) -> None:
 
         formatter = JsonFormatter(JSON_FIELDS)
     for handler in target.handlers:
+        if not as_json and not any(isinstance(f, EscapeControls) for f in handler.filters):
+            handler.addFilter(EscapeControls())
         if not any(isinstance(f, RunContext) for f in handler.filters):
             handler.addFilter(RunContext(as_text=not as_json))
         if formatter is not None:
             handler.setFormatter(formatter)
+
+
+def install_stderr(level: int = logging.WARNING) -> None:
+    """For a process that configures no logging (the command): records from ``level`` up on
+    stderr, as Python's last-resort handler prints them, but escaped. Handlers someone else
+    set up (a test runner's, an application's) are left as they are."""
+    root = logging.getLogger()
+    if root.handlers:
+        return
+    handler = logging.StreamHandler()
+    handler.setLevel(level)
+    handler.addFilter(EscapeControls())
+    root.addHandler(handler)
+
+
+def escaped_config(config: Mapping[str, Any]) -> dict[str, Any]:
+    """A ``logging.config.dictConfig`` dictionary (uvicorn's) whose handlers all escape."""
+    escaped = {**config, "filters": {**config.get("filters", {}), "escape": {"()": EscapeControls}}}
+    escaped["handlers"] = {
+        name: {**handler, "filters": [*handler.get("filters", []), "escape"]}
+        for name, handler in config.get("handlers", {}).items()
+    }
+    return escaped

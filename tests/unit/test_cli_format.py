@@ -160,6 +160,13 @@ def test_every_verb_has_help(capsys: pytest.CaptureFixture[str]) -> None:
         ["actors", "add", "carol"],
         ["metrics", "--port", "70000"],
         ["nonsense"],
+        # Out of bounds (issue 11 F): refused while parsing, before anything is read or written
+        ["runs", "list", "--limit", "9" * 5000],
+        ["runs", "list", "--older-than", "9" * 400 + "d"],
+        ["resume", "i1", "--expires-in", "1e308"],
+        ["runs", "wait", "r1", "--timeout", "inf"],
+        ["serve", "--port", "9" * 5000],
+        ["runs", "show", "r" * 65],
     ],
 )
 def test_a_bad_command_line_is_one_line_and_status_2(

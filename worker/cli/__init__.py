@@ -30,6 +30,7 @@ from worker.cli.parser import (
 from worker.cli.resume import register as register_resume
 from worker.cli.runs import register as register_runs
 from worker.cli.serve import register as register_serve
+from worker.runlog import install_stderr
 
 __all__ = ["RESUME_EXIT", "build_parser", "main"]
 
@@ -85,6 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     as_json = wants_json(argv)
     set_json_errors(as_json)
     _project_on_path()
+    install_stderr()
     try:
         args = build_parser().parse_args(argv)
         out = Output(as_json=as_json, wide=getattr(args, "wide", False))

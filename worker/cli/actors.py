@@ -6,7 +6,7 @@ import argparse
 
 from worker.cli.exits import OK
 from worker.cli.output import Output, timestamp
-from worker.cli.parser import Parser, Subparsers, group, verb
+from worker.cli.parser import Parser, Subparsers, group, name_text, verb
 
 
 def register(sub: Subparsers, common: Parser) -> None:
@@ -15,13 +15,13 @@ def register(sub: Subparsers, common: Parser) -> None:
     add = verb(
         actors, "add", _add, "add a responder and print its credential (once, only now)", common
     )
-    add.add_argument("actor_id", metavar="ID")
+    add.add_argument("actor_id", metavar="ID", type=name_text)
     _roles(add)
 
     verb(actors, "list", _list, "list responders and their roles", common)
 
     revoke = verb(actors, "revoke", _revoke, "revoke a responder's credential", common)
-    revoke.add_argument("actor_id", metavar="ID")
+    revoke.add_argument("actor_id", metavar="ID", type=name_text)
 
     rotate = verb(
         actors,
@@ -30,10 +30,10 @@ def register(sub: Subparsers, common: Parser) -> None:
         "issue a new credential for a responder (printed once); the old one stops working now",
         common,
     )
-    rotate.add_argument("actor_id", metavar="ID")
+    rotate.add_argument("actor_id", metavar="ID", type=name_text)
 
     roles = verb(actors, "roles", _set_roles, "replace a responder's roles", common)
-    roles.add_argument("actor_id", metavar="ID")
+    roles.add_argument("actor_id", metavar="ID", type=name_text)
     _roles(roles)
 
 
@@ -42,6 +42,7 @@ def _roles(parser: argparse.ArgumentParser) -> None:
         "--role",
         metavar="R",
         dest="roles",
+        type=name_text,
         action="append",
         required=True,
         help="a role (repeat for several)",

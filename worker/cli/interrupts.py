@@ -19,7 +19,16 @@ from worker.cli.output import (
     timestamp,
     until,
 )
-from worker.cli.parser import Parser, Subparsers, choice_of, group, one_of, positive_int, verb
+from worker.cli.parser import (
+    Parser,
+    Subparsers,
+    choice_of,
+    group,
+    id_text,
+    one_of,
+    positive_int,
+    verb,
+)
 
 if TYPE_CHECKING:
     from models.contracts import InterruptView
@@ -47,7 +56,10 @@ def register(sub: Subparsers, common: Parser) -> None:
         help=f"only interrupts of this kind: {one_of(InterruptKind)}",
     )
     listing.add_argument(
-        "--run", metavar="RUN_ID", help="only this run's interrupts (id or unique prefix)"
+        "--run",
+        metavar="RUN_ID",
+        type=id_text,
+        help="only this run's interrupts (id or unique prefix)",
     )
     listing.add_argument(
         "--limit", metavar="N", type=positive_int, default=DEFAULT_LIMIT, help="at most N"
@@ -61,7 +73,10 @@ def register(sub: Subparsers, common: Parser) -> None:
         common,
     )
     show.add_argument(
-        "interrupt_id", metavar="INTERRUPT_ID", help="the interrupt's id or a unique prefix (6+)"
+        "interrupt_id",
+        metavar="INTERRUPT_ID",
+        type=id_text,
+        help="the interrupt's id or a unique prefix (6+)",
     )
 
 

@@ -17,12 +17,22 @@ from models.enums import RunState
 from worker.cli.exits import BAD_INPUT, OK, RUN_EXIT, WAIT_TIMED_OUT, CliError
 from worker.cli.inputs import confirm
 from worker.cli.output import Output, note, timestamp
-from worker.cli.parser import Subparsers, positive_float, verb
+from worker.cli.parser import (
+    Subparsers,
+    id_text,
+    name_text,
+    positive_float,
+    reason_text,
+    shown,
+    verb,
+)
 
 if TYPE_CHECKING:
     from worker.cli.timeline import Entry
 
-DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*$")
+DURATION = re.compile(r"^\s*(\d{1,12}(?:\.\d{1,9})?)\s*([smhdw]?)\s*$")
+# --older-than: a century back is as far as a selection needs to reach.
+MAX_AGE = timedelta(days=36525)
 UNIT_SECONDS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 FOLLOW_POLL = 1.0
 
@@ -31,13 +41,18 @@ def duration(text: str) -> timedelta:
     """``90``, ``90s``, ``15m``, ``12h``, ``7d``, ``2w`` as a timedelta."""
     match = DURATION.match(text)
     if match is None:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a duration like 90s, 15m, 12h or 7d")
-    return timedelta(seconds=float(match.group(1)) * UNIT_SECONDS[match.group(2)])
+        raise argparse.ArgumentTypeError(
+            f"{shown(text)} is not a duration like 90s, 15m, 12h or 7d"
+        )
+    seconds = float(match.group(1)) * UNIT_SECONDS[match.group(2)]
+    if seconds > MAX_AGE.total_seconds():
+        raise argparse.ArgumentTypeError(f"{shown(text)} is more than {MAX_AGE.days} days")
+    return timedelta(seconds=seconds)
 
 
 def selection_options(parser: argparse.ArgumentParser) -> None:
     """Filters shared by ``runs list`` and bulk ``runs cancel``."""
-    parser.add_argument("--started-by", metavar="A", help="only runs started by A")
+    parser.add_argument("--started-by", metavar="A", type=name_text, help="only runs started by A")
     parser.add_argument(
         "--older-than",
         metavar="D",
@@ -54,9 +69,13 @@ def register_verbs(runs: Subparsers, common: Any) -> None:
         "continue a failed run from its last checkpoint (its failed step runs again)",
         common,
     )
-    retry.add_argument("run_id", metavar="RUN_ID", help="the run's id or a unique prefix (6+)")
-    retry.add_argument("--actor", metavar="A", required=True, help="who retries (recorded)")
-    retry.add_argument("--reason", metavar="R", default="", help="why (recorded)")
+    retry.add_argument(
+        "run_id", metavar="RUN_ID", type=id_text, help="the run's id or a unique prefix (6+)"
+    )
+    retry.add_argument(
+        "--actor", metavar="A", type=name_text, required=True, help="who retries (recorded)"
+    )
+    retry.add_argument("--reason", metavar="R", type=reason_text, default="", help="why (recorded)")
 
     wait = verb(
         runs,
@@ -65,7 +84,9 @@ def register_verbs(runs: Subparsers, common: Any) -> None:
         "wait until a run finishes; the exit status says how it finished",
         common,
     )
-    wait.add_argument("run_id", metavar="RUN_ID", help="the run's id or a unique prefix (6+)")
+    wait.add_argument(
+        "run_id", metavar="RUN_ID", type=id_text, help="the run's id or a unique prefix (6+)"
+    )
     wait.add_argument("--timeout", metavar="S", type=positive_float, help="give up after S seconds")
 
 

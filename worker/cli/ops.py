@@ -13,9 +13,7 @@ from typing import Any
 
 from worker.cli.exits import FAILURE, OK, CliError
 from worker.cli.output import Output, compact, flatten, format_age, jsonable, note
-from worker.cli.parser import Parser, Subparsers, group, verb
-
-MAX_PORT = 65535
+from worker.cli.parser import Parser, Subparsers, group, name_text, port, verb
 
 
 def register(sub: Subparsers, common: Parser) -> None:
@@ -35,11 +33,12 @@ def register(sub: Subparsers, common: Parser) -> None:
     verb(sub, "stats", _stats, "waiting runs, resume outcomes and repeated work", common)
     metrics = verb(sub, "metrics", _metrics, "serve the statistics as Prometheus metrics (blocks)")
     metrics.add_argument(
-        "--port", metavar="P", type=_port, required=True, help="the port to listen on"
+        "--port", metavar="P", type=port, required=True, help="the port to listen on"
     )
     metrics.add_argument(
         "--host",
         metavar="H",
+        type=name_text,
         help="the address to listen on (default INTERLUDE_METRICS_HOST, else 127.0.0.1; "
         "0.0.0.0: every interface, as in a container)",
     )
@@ -49,12 +48,6 @@ def register(sub: Subparsers, common: Parser) -> None:
         _demo,
         "run the procurement story end to end on the embedded default and narrate it",
     )
-
-
-def _port(text: str) -> int:
-    if not text.isdigit() or not 0 < int(text) <= MAX_PORT:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a port (1 to {MAX_PORT})")
-    return int(text)
 
 
 def _database() -> str:

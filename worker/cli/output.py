@@ -1,4 +1,9 @@
-"""How the command prints: JSON for scripts, aligned tables and ages for people."""
+"""How the command prints: JSON for scripts, aligned tables and ages for people.
+
+Everything printed for people goes through ``escape_controls`` (error lines are made one
+line first): text that callers supplied (ids, reasons, payloads) can neither forge a line nor
+reach the terminal as an escape sequence. JSON is printed exact; JSON has its own escaping.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +13,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from worker.safetext import escape_controls
+
 if TYPE_CHECKING:
     from rich.console import Console
 
@@ -15,6 +22,8 @@ if TYPE_CHECKING:
 PIPE_WIDTH = 200
 COMPACT_LIMIT = 80
 PAIR_LIMIT = 160
+# Error lines are cut here: a message quoting a huge argument stays readable.
+ERROR_LIMIT = 1000
 # Ids in tables: long enough to be unique in practice and to type back as a prefix (6+).
 SHORT_ID = 8
 DETAIL_LIMIT = 80
@@ -96,8 +105,9 @@ def flatten(value: Any, prefix: str = "") -> list[tuple[str, Any]]:
     return [(prefix or "value", value)]
 
 
-def one_line(message: str) -> str:
-    return " ".join(str(message).split())
+def one_line(message: str, limit: int = ERROR_LIMIT) -> str:
+    text = " ".join(str(message).split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 class Output:
@@ -137,7 +147,7 @@ class Output:
     def line(self, text: str = "") -> None:
         from rich.text import Text
 
-        self.render(Text(text))
+        self.render(Text(escape_controls(text)))
 
     def table(
         self,
@@ -155,7 +165,7 @@ class Output:
         for column in columns:
             table.add_column(column, overflow="fold", no_wrap=column in keep)
         for row in rows:
-            table.add_row(*(Text(str(cell)) for cell in row))
+            table.add_row(*(Text(escape_controls(str(cell))) for cell in row))
         if title is not None:
             self.line(title)
         if table.row_count == 0:
@@ -173,7 +183,7 @@ class Output:
         table.add_column("value", overflow="fold")
         for key, value in rows:
             shown = value if isinstance(value, str) else compact(value, PAIR_LIMIT)
-            table.add_row(Text(key), Text(shown))
+            table.add_row(Text(escape_controls(key)), Text(escape_controls(shown)))
         self.render(table)
 
     def render(self, renderable: Any) -> None:
@@ -206,12 +216,12 @@ def error(message: str, status: int) -> int:
     if _json_errors:
         sys.stderr.write(json.dumps({"error": one_line(message), "exit": status}) + "\n")
     else:
-        sys.stderr.write(f"interlude: error: {one_line(message)}\n")
+        sys.stderr.write(f"interlude: error: {escape_controls(one_line(message))}\n")
     sys.stderr.flush()
     return status
 
 
 def note(message: str) -> None:
     """A message for the person at the terminal that must stay off a ``--json`` stdout."""
-    sys.stderr.write(one_line(message) + "\n")
+    sys.stderr.write(escape_controls(one_line(message)) + "\n")
     sys.stderr.flush()

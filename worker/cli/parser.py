@@ -16,6 +16,15 @@ Handler = Callable[[argparse.Namespace, "Output"], int]
 Subparsers: TypeAlias = "argparse._SubParsersAction[Parser]"
 
 PROG = "interlude"
+# Bounds of what the command accepts as arguments.
+MAX_COUNT = 100_000  # --limit: rows in one listing
+MAX_SECONDS = 366 * 86400.0  # --expires-in, --timeout: a year
+NUMBER_LIMIT = 40
+NAME_LIMIT = 200
+ID_LIMIT = 64
+REASON_LIMIT = 1000
+MAX_PORT = 65535
+SHOWN_LIMIT = 40
 JSON_FLAG = "--json"
 WIDE_FLAG = "--wide"
 
@@ -119,21 +128,73 @@ def one_of(values: type[Enum]) -> str:
     return ", ".join(str(member.value) for member in values)
 
 
-def positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} must be at least 1")
-    return value
+def shown(text: str, limit: int = SHOWN_LIMIT) -> str:
+    """An argument quoted in an error, cut so that a huge one keeps the line readable."""
+    return repr(text if len(text) <= limit else text[:limit] + "…")
 
 
-def positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not value > 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"{text!r} must be a positive number")
-    return value
+def bounded_int(maximum: int) -> Callable[[str], int]:
+    """A whole number from 1 to ``maximum``."""
+
+    def parse(text: str) -> int:
+        digits = text.strip()
+        if not digits.isdecimal():
+            raise argparse.ArgumentTypeError(f"{shown(text)} is not a whole number")
+        # Counted before converting: int() of 5,000 digits is refused (or slow) by Python.
+        fits = len(digits.lstrip("0")) <= len(str(maximum))
+        if not fits or not 1 <= int(digits) <= maximum:
+            raise argparse.ArgumentTypeError(f"{shown(text)} must be from 1 to {maximum}")
+        return int(digits)
+
+    parse.__name__ = "number"
+    return parse
+
+
+positive_int = bounded_int(MAX_COUNT)
+
+
+def bounded_float(maximum: float) -> Callable[[str], float]:
+    """A number above 0 and at most ``maximum`` (``1e308`` and ``inf`` are refused)."""
+
+    def parse(text: str) -> float:
+        if len(text) > NUMBER_LIMIT:
+            raise argparse.ArgumentTypeError(f"{shown(text)} is not a number")
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{shown(text)} is not a number") from None
+        if not 0 < value <= maximum:
+            raise argparse.ArgumentTypeError(
+                f"{shown(text)} must be above 0 and at most {maximum:g}"
+            )
+        return value
+
+    parse.__name__ = "number"
+    return parse
+
+
+positive_float = bounded_float(MAX_SECONDS)
+
+
+def bounded_text(limit: int, what: str = "value") -> Callable[[str], str]:
+    """Free text of at most ``limit`` characters."""
+
+    def parse(text: str) -> str:
+        if len(text) > limit:
+            raise argparse.ArgumentTypeError(f"the {what} is longer than {limit} characters")
+        return text
+
+    parse.__name__ = what
+    return parse
+
+
+# Names (flows, actors, keys) are stored in columns of 200 characters; ids are 32.
+name_text = bounded_text(NAME_LIMIT, "name")
+id_text = bounded_text(ID_LIMIT, "id")
+reason_text = bounded_text(REASON_LIMIT, "reason")
+
+
+def port(text: str) -> int:
+    if not (text.isdecimal() and len(text) <= len(str(MAX_PORT))) or not 0 < int(text) <= MAX_PORT:
+        raise argparse.ArgumentTypeError(f"{shown(text)} is not a port (1 to {MAX_PORT})")
+    return int(text)

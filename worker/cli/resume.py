@@ -12,12 +12,14 @@ from worker.cli.inputs import TOKEN_ENV, confirm, credential, parse_json, parse_
 from worker.cli.interrupts import contract
 from worker.cli.lookup import resolve_interrupt
 from worker.cli.output import Output, compact, error, note
-from worker.cli.parser import Parser, Subparsers, positive_float, verb
+from worker.cli.parser import Parser, Subparsers, bounded_float, id_text, name_text, verb
 
 if TYPE_CHECKING:
     from models.contracts import ResumeResult
 
 DEFAULT_EXPIRES_IN = 900.0
+# A contract is for now, not for later: its expiry is at most a week away.
+MAX_EXPIRES_IN = 7 * 86400.0
 _BUILD_ONLY = ("actor", "decision", "input", "idempotency_key")
 
 
@@ -38,13 +40,16 @@ def register(sub: Subparsers, common: Parser) -> None:
     parser.add_argument(
         "interrupt_id",
         metavar="INTERRUPT_ID",
+        type=id_text,
         nargs="?",
         help="the interrupt's id or a unique prefix (6+)",
     )
-    parser.add_argument("--actor", metavar="A", help="your actor id")
+    parser.add_argument("--actor", metavar="A", type=name_text, help="your actor id")
     parser.add_argument("--decision", choices=["approved", "rejected"], help="the decision")
     parser.add_argument("--input", metavar="JSON|@FILE", help="the input the interrupt asks for")
-    parser.add_argument("--idempotency-key", metavar="K", help="retry safely with the same key")
+    parser.add_argument(
+        "--idempotency-key", metavar="K", type=name_text, help="retry safely with the same key"
+    )
     parser.add_argument(
         "--actor-type",
         choices=["human", "service"],
@@ -54,7 +59,7 @@ def register(sub: Subparsers, common: Parser) -> None:
     parser.add_argument(
         "--expires-in",
         metavar="SECONDS",
-        type=positive_float,
+        type=bounded_float(MAX_EXPIRES_IN),
         default=DEFAULT_EXPIRES_IN,
         help="how long the contract stays valid",
     )

@@ -12,7 +12,18 @@ from worker.cli.inputs import parse_json
 from worker.cli.lookup import resolve_run
 from worker.cli.operate import bulk_cancel, follow, register_verbs, selection_options
 from worker.cli.output import Output, age, jsonable, seconds_since, timestamp, until
-from worker.cli.parser import Parser, Subparsers, choice_of, group, one_of, positive_int, verb
+from worker.cli.parser import (
+    Parser,
+    Subparsers,
+    choice_of,
+    group,
+    id_text,
+    name_text,
+    one_of,
+    positive_int,
+    reason_text,
+    verb,
+)
 
 DEFAULT_LIMIT = 50
 WAITING = RunState.WAITING.value
@@ -22,10 +33,12 @@ def register(sub: Subparsers, common: Parser) -> None:
     runs = group(sub, "runs", "start, list, inspect, wait for, cancel, pause and retry runs")
 
     start = verb(runs, "start", _start, "start a run of a flow", common)
-    start.add_argument("flow", metavar="FLOW", help="the flow's name")
+    start.add_argument("flow", metavar="FLOW", type=name_text, help="the flow's name")
     start.add_argument("--input", metavar="JSON|@FILE", help="the run's input (default {})")
-    start.add_argument("--idempotency-key", metavar="K", help="the same key starts one run")
-    start.add_argument("--started-by", metavar="A", help="who starts it (recorded)")
+    start.add_argument(
+        "--idempotency-key", metavar="K", type=name_text, help="the same key starts one run"
+    )
+    start.add_argument("--started-by", metavar="A", type=name_text, help="who starts it (recorded)")
 
     listing = verb(runs, "list", _list, "list runs, newest first", common)
     _filters(listing)
@@ -40,7 +53,9 @@ def register(sub: Subparsers, common: Parser) -> None:
         "a run and its timeline: one row per event, with its actor",
         common,
     )
-    show.add_argument("run_id", metavar="RUN_ID", help="the run's id or a unique prefix (6+)")
+    show.add_argument(
+        "run_id", metavar="RUN_ID", type=id_text, help="the run's id or a unique prefix (6+)"
+    )
     show.add_argument(
         "--follow",
         action="store_true",
@@ -56,10 +71,18 @@ def register(sub: Subparsers, common: Parser) -> None:
         common,
     )
     cancel.add_argument(
-        "run_id", metavar="RUN_ID", nargs="?", help="the run's id or a unique prefix (6+)"
+        "run_id",
+        metavar="RUN_ID",
+        type=id_text,
+        nargs="?",
+        help="the run's id or a unique prefix (6+)",
     )
-    cancel.add_argument("--actor", metavar="A", required=True, help="who cancels (recorded)")
-    cancel.add_argument("--reason", metavar="R", default="", help="why (recorded)")
+    cancel.add_argument(
+        "--actor", metavar="A", type=name_text, required=True, help="who cancels (recorded)"
+    )
+    cancel.add_argument(
+        "--reason", metavar="R", type=reason_text, default="", help="why (recorded)"
+    )
     _filters(cancel, " (instead of RUN_ID)")
     cancel.add_argument(
         "--yes", action="store_true", help="cancel a selection without asking for confirmation"
@@ -72,8 +95,12 @@ def register(sub: Subparsers, common: Parser) -> None:
         "stop a run at its next step boundary with an operator interrupt",
         common,
     )
-    pause.add_argument("run_id", metavar="RUN_ID", help="the run's id or a unique prefix (6+)")
-    pause.add_argument("--actor", metavar="A", required=True, help="who pauses (recorded)")
+    pause.add_argument(
+        "run_id", metavar="RUN_ID", type=id_text, help="the run's id or a unique prefix (6+)"
+    )
+    pause.add_argument(
+        "--actor", metavar="A", type=name_text, required=True, help="who pauses (recorded)"
+    )
     register_verbs(runs, common)
 
 
@@ -84,7 +111,9 @@ def _filters(parser: argparse.ArgumentParser, suffix: str = "") -> None:
         type=choice_of(RunState, "state"),
         help=f"only runs in this state: {one_of(RunState)}{suffix}",
     )
-    parser.add_argument("--flow", metavar="F", help=f"only runs of this flow{suffix}")
+    parser.add_argument(
+        "--flow", metavar="F", type=name_text, help=f"only runs of this flow{suffix}"
+    )
     selection_options(parser)
 
 

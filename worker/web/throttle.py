@@ -70,13 +70,13 @@ class RefusalLimiter:
             if self.counter is not None:
                 self.counter.labels(scope=scope).inc()
             if self._limiter.hit(_ONCE, NAMESPACE, "logged", scope, key):
+                # Which client or actor is a value the caller supplied: a field, not the text.
                 log.warning(
-                    "%s %s is throttled: more than %s refused attempts; further attempts in "
+                    "one %s is throttled: more than %s refused attempts; further attempts in "
                     "this window are answered 429 and counted, not recorded",
                     scope,
-                    key,
                     item,
-                    extra={"action": "throttled", "scope": scope},
+                    extra={"action": "throttled", "scope": scope, "key": key},
                 )
             return Throttled(scope, key, retry_after)
         return None
