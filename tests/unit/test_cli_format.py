@@ -131,8 +131,11 @@ def test_every_verb_has_help(capsys: pytest.CaptureFixture[str]) -> None:
     verbs = _verbs(build_parser(), [])
     assert {" ".join(v) for v in verbs} == {
         *(f"runs {v}" for v in ("start", "list", "show", "cancel", "pause", "retry", "wait")),
+        "runs attempts",
         "interrupts list",
         "interrupts show",
+        "interrupts attempts",
+        "purge",
         "resume",
         *(f"actors {v}" for v in ("add", "list", "revoke", "rotate", "roles")),
         *(f"db {v}" for v in ("upgrade", "current", "history", "check")),
@@ -167,6 +170,9 @@ def test_every_verb_has_help(capsys: pytest.CaptureFixture[str]) -> None:
         ["runs", "wait", "r1", "--timeout", "inf"],
         ["serve", "--port", "9" * 5000],
         ["runs", "show", "r" * 65],
+        ["purge", "--finished-before", "2026-13-45"],
+        ["purge", "--finished-before", "2999-01-01"],
+        ["purge"],
     ],
 )
 def test_a_bad_command_line_is_one_line_and_status_2(

@@ -27,6 +27,7 @@ from worker.cli.parser import (
     common_options,
     wants_json,
 )
+from worker.cli.purge import register as register_purge
 from worker.cli.resume import register as register_resume
 from worker.cli.runs import register as register_runs
 from worker.cli.serve import register as register_serve
@@ -73,6 +74,7 @@ def build_parser() -> Parser:
         register_resume,
         register_actors,
         register_ops,
+        register_purge,
         register_flows,
         register_serve,
     ):

@@ -8,6 +8,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from models.enums import InterruptKind, InterruptStatus
+from worker.cli.attempts import register as register_attempts
 from worker.cli.exits import OK
 from worker.cli.lookup import resolve_interrupt, resolve_run
 from worker.cli.output import (
@@ -78,6 +79,7 @@ def register(sub: Subparsers, common: Parser) -> None:
         type=id_text,
         help="the interrupt's id or a unique prefix (6+)",
     )
+    register_attempts(interrupts, common, of="interrupt")
 
 
 def contract(

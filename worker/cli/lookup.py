@@ -5,7 +5,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from models.contracts import ResumeAttemptView
     from worker.cli.timeline import Entry
+
+# A run's timeline shows its newest attempts and every accepted one; ``runs attempts`` all.
+RECENT_ATTEMPTS = 50
 
 
 def resolve_run(given: str) -> str:
@@ -22,9 +26,21 @@ def resolve_interrupt(given: str) -> str:
     return resolve_interrupt_id(given)
 
 
+def shown_attempts(run_id: str, recent: int = RECENT_ATTEMPTS) -> list[ResumeAttemptView]:
+    """The run's newest ``recent`` resume attempts and every accepted one, newest first:
+    however many refusals were recorded, the accepted attempt is never crowded out."""
+    from models.enums import ResumeOutcome
+    from worker import list_resume_attempts
+
+    newest = list_resume_attempts(run_id=run_id, limit=recent)
+    accepted = list_resume_attempts(run_id=run_id, outcome=ResumeOutcome.ACCEPTED)
+    merged = {attempt.id: attempt for attempt in [*newest, *accepted]}
+    return sorted(merged.values(), key=lambda attempt: attempt.id, reverse=True)
+
+
 def entries_of(run_id: str) -> list[Entry]:
-    """The run's timeline, from all of its records."""
-    from worker import list_interrupts, list_resume_attempts
+    """The run's timeline, from all of its records (its attempts as ``shown_attempts``)."""
+    from worker import list_interrupts
     from worker.cli.timeline import timeline
     from worker.runs import list_checkpoints, list_effects, list_events
 
@@ -33,5 +49,5 @@ def entries_of(run_id: str) -> list[Entry]:
         list_events(run_id),
         list_effects(run_id),
         list_interrupts(run_id=run_id),
-        list_resume_attempts(run_id=run_id),
+        shown_attempts(run_id),
     )

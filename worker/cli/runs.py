@@ -7,6 +7,8 @@ import argparse
 from datetime import datetime
 
 from models.enums import RunState
+from worker.cli.attempts import attempt_counts
+from worker.cli.attempts import register as register_attempts
 from worker.cli.exits import BAD_INPUT, OK, CliError
 from worker.cli.inputs import parse_json
 from worker.cli.lookup import resolve_run
@@ -102,6 +104,7 @@ def register(sub: Subparsers, common: Parser) -> None:
         "--actor", metavar="A", type=name_text, required=True, help="who pauses (recorded)"
     )
     register_verbs(runs, common)
+    register_attempts(runs, common, of="run")
 
 
 def _filters(parser: argparse.ArgumentParser, suffix: str = "") -> None:
@@ -179,7 +182,8 @@ def _list(args: argparse.Namespace, out: Output) -> int:
 
 
 def _show(args: argparse.Namespace, out: Output) -> int:
-    from worker import get_run, list_interrupts, list_resume_attempts
+    from worker import count_resume_attempts, get_run, list_interrupts
+    from worker.cli.lookup import shown_attempts
     from worker.cli.timeline import timeline
     from worker.runs import list_checkpoints, list_effects, list_events
     from worker.waiting import waiting_since
@@ -189,7 +193,8 @@ def _show(args: argparse.Namespace, out: Output) -> int:
     events = list_events(run.id)
     effects = list_effects(run.id)
     interrupts = list_interrupts(run_id=run.id)
-    attempts = list_resume_attempts(run_id=run.id)
+    attempts = shown_attempts(run.id)
+    counts = count_resume_attempts(run_id=run.id)
     entries = timeline(checkpoints, events, effects, interrupts, attempts)
     since = waiting_since([run.id]).get(run.id)
     if out.as_json and args.follow:
@@ -200,7 +205,9 @@ def _show(args: argparse.Namespace, out: Output) -> int:
                 "run": {**jsonable(run), "waiting_seconds": waiting_for(run.state, since)},
                 "checkpoints": checkpoints,
                 "interrupts": interrupts,
+                # The newest attempts and every accepted one; ``runs attempts`` pages all.
                 "resume_attempts": attempts,
+                "resume_attempt_counts": counts,
                 "effects": effects,
                 "events": events,
                 "timeline": entries,
@@ -223,12 +230,18 @@ def _show(args: argparse.Namespace, out: Output) -> int:
             ("output", run.output),
             ("error", run.error or "-"),
             ("pause requested by", run.pause_requested_by or "-"),
+            ("resume attempts", attempt_counts(counts)),
         ]
     )
     for pending in run.pending_interrupts:
         out.line(
             f"waiting on interrupt {out.id(pending.id)} ({pending.kind} {pending.name!r}), "
             f"deadline {until(pending.deadline)}: interlude interrupts show {out.id(pending.id)}"
+        )
+    if sum(counts.values()) > len(attempts):
+        out.line(
+            f"the timeline shows the newest {len(attempts)} resume attempts and every accepted "
+            f"one: interlude runs attempts {out.id(run.id)} lists them all"
         )
     out.line()
     out.table(

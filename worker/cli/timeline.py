@@ -205,16 +205,21 @@ def _interrupt(interrupt: InterruptView) -> list[Entry]:
     ]
 
 
-def _attempt(attempt: ResumeAttemptView) -> Entry:
+def attempt_actor(attempt: ResumeAttemptView) -> str:
+    """Who submitted an attempt, as ``kind:id`` (``?`` when the contract named nobody)."""
     actor = attempt.actor_id
     payload = attempt.payload if isinstance(attempt.payload, dict) else {}
     given = payload.get("actor")
     if isinstance(given, dict) and isinstance(given.get("type"), str) and actor:
         actor = f"{given['type']}:{actor}"
+    return actor_label(actor) if actor else "?"
+
+
+def _attempt(attempt: ResumeAttemptView) -> Entry:
     return Entry(
         at=attempt.at,
         what=f"resume {attempt.outcome}",
-        actor=actor_label(actor) if actor else "?",
+        actor=attempt_actor(attempt),
         detail=f"attempt {attempt.id}: {attempt.reason}",
         source="resume_attempt",
         ref=str(attempt.id),

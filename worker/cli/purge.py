@@ -1,0 +1,88 @@
+"""``interlude purge --finished-before DATE``: count, then (with ``--yes``) delete the runs
+that finished before DATE and everything recorded for them."""
+
+from __future__ import annotations
+
+import argparse
+from datetime import UTC, datetime
+
+from worker.cli.exits import OK
+from worker.cli.output import Output, timestamp
+from worker.cli.parser import Parser, Subparsers, bounded_int, shown, verb
+
+DATE_LIMIT = 40
+MAX_BATCH = 10_000
+
+
+def finished_before(text: str) -> datetime:
+    """``2026-11-01`` (midnight UTC) or an ISO 8601 time (``2026-11-01T12:00:00Z``; UTC unless
+    an offset says otherwise), not in the future."""
+    problem = f"{shown(text)} is not a date like 2026-11-01 or 2026-11-01T12:00:00Z"
+    if len(text) > DATE_LIMIT:
+        raise argparse.ArgumentTypeError(problem)
+    try:
+        moment = datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(problem) from None
+    moment = moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+    if moment > datetime.now(UTC):
+        raise argparse.ArgumentTypeError(f"{shown(text)} is in the future")
+    return moment.astimezone(UTC)
+
+
+def register(sub: Subparsers, common: Parser) -> None:
+    parser = verb(
+        sub,
+        "purge",
+        _purge,
+        "delete finished runs (succeeded, failed, cancelled, expired) and all their records",
+        common,
+        description=(
+            "Remove the runs that finished (succeeded, failed, cancelled or expired) before DATE\n"
+            "and everything recorded for them: checkpoints, events, interrupts, resume attempts\n"
+            "and effects. Without --yes nothing is deleted: the rows it would delete are counted\n"
+            "per table. With --yes they are deleted, one transaction per batch of runs."
+        ),
+    )
+    parser.add_argument(
+        "--finished-before",
+        metavar="DATE",
+        type=finished_before,
+        required=True,
+        help="runs that finished before this date or time (UTC unless it has an offset)",
+    )
+    parser.add_argument("--yes", action="store_true", help="delete (without it: count only)")
+    parser.add_argument(
+        "--batch",
+        metavar="N",
+        type=bounded_int(MAX_BATCH),
+        default=None,
+        help="runs deleted per transaction (default: 500)",
+    )
+
+
+def _purge(args: argparse.Namespace, out: Output) -> int:
+    from worker.retention import DEFAULT_BATCH, purge_finished_runs
+
+    report = purge_finished_runs(
+        args.finished_before, dry_run=not args.yes, batch=args.batch or DEFAULT_BATCH
+    )
+    if out.as_json:
+        out.json(
+            {
+                "finished_before": report.finished_before,
+                "dry_run": report.dry_run,
+                "would_delete" if report.dry_run else "deleted": report.rows,
+                "batches": report.batches,
+            }
+        )
+        return OK
+    cutoff = timestamp(report.finished_before)
+    if report.dry_run:
+        title = f"runs finished before {cutoff} UTC: rows a purge would delete (dry run)"
+    else:
+        title = f"runs finished before {cutoff} UTC: rows deleted in {report.batches} batch(es)"
+    out.table(["table", "rows"], list(report.rows.items()), title=title)
+    if report.dry_run:
+        out.line("nothing was deleted; run again with --yes to delete them")
+    return OK
