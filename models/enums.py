@@ -91,6 +91,9 @@ class EventKind(StrEnum):
     MIGRATE = "migrate"
     ANSWER_CARRIED = "answer_carried"
     REFUSED = "refused"
+    # A cancel, pause or retry refused: its credential did not authenticate, or the actor
+    # holds none of the flow's operator roles. The run is otherwise untouched.
+    OPERATOR_REFUSED = "operator_refused"
     # The reaper published a run's task again (unclaimed for too long: a lost publish).
     REPUBLISH = "republish"
     # Repeated work (counted by stats): one event per re-execution, counters carry {"count": n}.

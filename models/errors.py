@@ -65,6 +65,18 @@ class ActorExistsError(ActorError):
     """actor {actor_id}: already exists"""
 
 
+class OperatorRefusedError(InterludeError):
+    """{action} of run {run_id} refused ({outcome}): {reason}; nothing changed"""
+
+
+class OperatorUnauthenticatedError(OperatorRefusedError):
+    """{action} of run {run_id} refused (unauthenticated): {reason}; nothing changed"""
+
+
+class OperatorDeniedError(OperatorRefusedError):
+    """{action} of run {run_id} refused (denied): {reason}; nothing changed"""
+
+
 class WaitTimeoutError(InterludeError):
     """run {run_id} is still {state} after {timeout:g}s"""
 

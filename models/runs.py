@@ -15,7 +15,7 @@ from datetime import datetime, timedelta
 from itertools import pairwise
 from typing import Any, NoReturn
 
-from sqlalchemy import Insert, Table, Update, exists, insert, or_, select, update
+from sqlalchemy import Insert, Table, Update, exists, func, insert, or_, select, update
 from sqlalchemy.orm import Session
 from sqlalchemy.orm.attributes import set_committed_value
 
@@ -124,6 +124,14 @@ def record_refusal_once(session: Session, run_id: str, *, actor: str, reason: st
         return False
     record_event(session, run_id, actor=actor, kind=EventKind.REFUSED, detail=reason)
     return True
+
+
+def count_events(session: Session, run_id: str, kind: EventKind) -> int:
+    """How many events of ``kind`` the run has (bounds what refusals may add to its record)."""
+    found = session.execute(
+        select(func.count()).select_from(Event).where(Event.run_id == run_id, Event.trigger == kind)
+    ).scalar_one()
+    return int(found)
 
 
 def last_event_detail(session: Session, run_id: str, kind: EventKind) -> Any:

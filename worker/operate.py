@@ -1,5 +1,6 @@
 """What operators do to runs beyond cancel and pause: retry a failed run, wait for a run, and
-select runs in bulk. Application code may call these as well."""
+select runs in bulk. Application code may call these as well; retry, like cancel and pause,
+authenticates its actor (``worker.authority``)."""
 
 from __future__ import annotations
 
@@ -11,40 +12,65 @@ from models import runs as store
 from models.contracts import RunSummary, RunView
 from models.db import transaction, utcnow
 from models.enums import EventKind, RunState
-from models.errors import InvalidInputError, InvalidTransitionError, WaitTimeoutError
-from worker import dispatch
-from worker.runs import MAX_KEY, get_run
+from models.errors import (
+    InvalidInputError,
+    InvalidTransitionError,
+    OperatorRefusedError,
+    WaitTimeoutError,
+)
+from worker import authority, dispatch
+from worker.actors import Credential
+from worker.authority import ActorType
+from worker.runs import MAX_REASON, get_run
 
 # Polling the run row is the whole of waiting: nothing else needs to be running.
 FIRST_POLL = 0.1
 MAX_POLL = 1.0
 
 
-def retry_run(run_id: str, *, actor: str, reason: str = "") -> None:
+def retry_run(
+    run_id: str,
+    *,
+    actor: str,
+    credential: str,
+    reason: str = "",
+    actor_type: ActorType = "human",
+) -> str:
     """A failed run continues from its last checkpoint: its failed step runs again.
 
-    Refused (InvalidTransitionError) unless the run is ``failed``; recorded as a ``restart``
-    event with the actor and the error it had.
+    ``actor`` must authenticate with ``credential`` and hold one of the flow's operator roles
+    (else OperatorUnauthenticatedError / OperatorDeniedError, recorded, nothing else
+    changed). Refused (InvalidTransitionError) unless the run is ``failed``; recorded as a
+    ``restart`` event with the actor (``kind:id``, returned) and the error it had.
     """
-    _check_actor(actor, "retry")
-    with transaction() as session:
-        run = store.load_run(session, run_id)
-        if run.state != RunState.FAILED.value:
-            raise InvalidTransitionError(run_id=run_id, trigger="retry", found=run.state)
-        store.move(
-            session,
-            run,
-            EventKind.RESTART,
-            actor=actor,
-            detail={"reason": reason, "error": run.error, "step": run.next_step},
-            error=None,
-            finished_at=None,
-            step_attempts=0,
-            lost_leases=0,
-            not_before=None,
-            dispatched_at=utcnow(),
-        )
+    secret = Credential(credential)
+    del credential
+    who = authority.claim("retry", actor, actor_type)
+    if not isinstance(reason, str) or len(reason) > MAX_REASON:
+        raise InvalidInputError(detail=f"a retry's reason is at most {MAX_REASON} characters")
+    try:
+        with transaction() as session:
+            run = authority.authorize(session, run_id, who, secret)
+            if run.state != RunState.FAILED.value:
+                raise InvalidTransitionError(run_id=run_id, trigger="retry", found=run.state)
+            store.move(
+                session,
+                run,
+                EventKind.RESTART,
+                actor=who.label,
+                detail={"reason": reason, "error": run.error, "step": run.next_step},
+                error=None,
+                finished_at=None,
+                step_attempts=0,
+                lost_leases=0,
+                not_before=None,
+                dispatched_at=utcnow(),
+            )
+    except OperatorRefusedError as refusal:
+        authority.record_refusal(refusal, who)
+        raise
     dispatch.publish_step(run_id, flow=run.flow_name, step=run.next_step)
+    return who.label
 
 
 def wait_for_run(run_id: str, timeout: float | None = None) -> RunView:
@@ -95,8 +121,3 @@ def _state(state: RunState | str | None) -> RunState | None:
     except ValueError:
         allowed = ", ".join(s.value for s in RunState)
         raise InvalidInputError(detail=f"unknown state {state!r}; one of {allowed}") from None
-
-
-def _check_actor(actor: object, verb: str) -> None:
-    if not isinstance(actor, str) or not 0 < len(actor) <= MAX_KEY:
-        raise InvalidInputError(detail=f"{verb} needs an actor of 1 to {MAX_KEY} characters")

@@ -22,13 +22,22 @@ from models.contracts import (
 )
 from models.db import transaction
 from models.enums import EventKind, RunState
-from models.errors import InvalidInputError, InvalidTransitionError, StaleStateError
+from models.errors import (
+    InvalidInputError,
+    InvalidTransitionError,
+    OperatorRefusedError,
+    StaleStateError,
+)
 from models.identity import actor_id_problem, normal_actor_id
-from worker import dispatch
+from worker import authority, dispatch
+from worker.actors import Credential
+from worker.authority import ActorType
 from worker.flows import get_flow
 from worker.interrupts import view as interrupt_view
 
 MAX_KEY = 200
+# A cancel's reason is also the run's error.
+MAX_REASON = 2000
 CANCEL_ATTEMPTS = 5
 
 
@@ -177,27 +186,58 @@ def _view(model: Any, row: Any) -> Any:
     return model.model_validate(row, from_attributes=True)
 
 
-def pause_run(run_id: str, *, actor: str) -> None:
-    """Ask the run to stop at its next step boundary with an ``operator`` interrupt."""
-    if not isinstance(actor, str) or not 0 < len(actor) <= MAX_KEY:
-        raise InvalidInputError(detail=f"pause needs an actor of 1 to {MAX_KEY} characters")
-    with transaction() as session:
-        run = store.load_run(session, run_id)
-        if not store.request_pause(session, run_id, actor=actor):
-            raise InvalidTransitionError(run_id=run_id, trigger="pause", found=run.state)
+def pause_run(run_id: str, *, actor: str, credential: str, actor_type: ActorType = "human") -> str:
+    """Ask the run to stop at its next step boundary with an ``operator`` interrupt.
+
+    ``actor`` must authenticate with ``credential`` and hold one of the flow's operator roles
+    (else OperatorUnauthenticatedError / OperatorDeniedError, recorded, nothing else
+    changed). Returns the actor as recorded, ``kind:id``.
+    """
+    secret = Credential(credential)
+    del credential
+    who = authority.claim("pause", actor, actor_type)
+    try:
+        with transaction() as session:
+            run = authority.authorize(session, run_id, who, secret)
+            if not store.request_pause(session, run_id, actor=who.label):
+                raise InvalidTransitionError(run_id=run_id, trigger="pause", found=run.state)
+    except OperatorRefusedError as refusal:
+        authority.record_refusal(refusal, who)
+        raise
+    return who.label
 
 
-def cancel_run(run_id: str, *, actor: str, reason: str = "") -> None:
-    """Cancel a run: close its pending interrupts and fence any step still in flight."""
-    if not isinstance(actor, str) or not 0 < len(actor) <= MAX_KEY:
-        raise InvalidInputError(detail=f"cancel needs an actor of 1 to {MAX_KEY} characters")
-    for _ in range(CANCEL_ATTEMPTS):
-        try:
-            with transaction() as session:
-                _cancel(session, run_id, actor, reason)
-            return
-        except StaleStateError:
-            continue  # a step committed meanwhile; look again
+def cancel_run(
+    run_id: str,
+    *,
+    actor: str,
+    credential: str,
+    reason: str = "",
+    actor_type: ActorType = "human",
+) -> str:
+    """Cancel a run: close its pending interrupts and fence any step still in flight.
+
+    ``actor`` must authenticate with ``credential`` and hold one of the flow's operator roles
+    (else OperatorUnauthenticatedError / OperatorDeniedError, recorded, nothing else
+    changed). Returns the actor as recorded, ``kind:id``.
+    """
+    secret = Credential(credential)
+    del credential
+    who = authority.claim("cancel", actor, actor_type)
+    if not isinstance(reason, str) or len(reason) > MAX_REASON:
+        raise InvalidInputError(detail=f"a cancel's reason is at most {MAX_REASON} characters")
+    try:
+        for _ in range(CANCEL_ATTEMPTS):
+            try:
+                with transaction() as session:
+                    authority.authorize(session, run_id, who, secret)
+                    _cancel(session, run_id, who.label, reason)
+                return who.label
+            except StaleStateError:
+                continue  # a step committed meanwhile; look again
+    except OperatorRefusedError as refusal:
+        authority.record_refusal(refusal, who)
+        raise
     raise StaleStateError(run_id=run_id, expected="a stable state", found="constant movement")
 
 

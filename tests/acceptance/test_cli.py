@@ -340,12 +340,35 @@ def test_renewed_review_keeps_the_input_and_effects_show_in_the_timeline(
 
 
 def test_pause_and_cancel(cli: Cli) -> None:
-    # Given a waiting run whose operator asks it to pause
+    # Given a waiting run, its flow's operator and a responder who is not one
     secret = add_actor("dave", ["approver"])
+    ops = add_actor("ops", ["operator"])
     run_id = enqueue_run("approval", {"env": "prod"})
     interrupt = waiting_on(run_id)
-    paused = cli.json("runs", "pause", run_id, "--actor", "ops")
-    assert paused == {"id": run_id, "pause_requested_by": "ops"}
+
+    # When someone asks it to pause without authenticating, or without the operator role
+    no_token = cli.fails(2, "runs", "pause", run_id, "--actor", "ops")
+    forged = cli.fails(11, "runs", "pause", run_id, "--actor", "ops", token="not-a-credential")
+    denied = cli.fails(14, "runs", "cancel", run_id, "--actor", "dave", "--json", token=secret)
+
+    # Then each is refused in one line, changes nothing, and the refusals are on the record
+    assert "INTERLUDE_ACTOR_TOKEN" in no_token.stderr
+    assert "refused (unauthenticated)" in forged.stderr
+    assert "refused (denied): actor dave holds none of the operator roles" in denied.stderr
+    assert (get_run(run_id).state, get_run(run_id).pause_requested_by) == ("waiting", None)
+    refusals = [
+        (e["actor"], e["detail"]["action"], e["detail"]["outcome"])
+        for e in cli.json("runs", "show", run_id)["events"]
+        if e["trigger"] == "operator_refused"
+    ]
+    assert refusals == [
+        ("human:ops", "pause", "unauthenticated"),
+        ("human:dave", "cancel", "denied"),
+    ]
+
+    # When the operator asks it to pause, authenticated
+    paused = cli.json("runs", "pause", run_id, "--actor", "ops", token=ops)
+    assert paused == {"id": run_id, "pause_requested_by": "human:ops"}
 
     # When dave resumes it at a terminal, confirming and typing his credential at the prompt
     status, transcript = in_terminal(
@@ -362,17 +385,19 @@ def test_pause_and_cancel(cli: Cli) -> None:
     assert [(i["id"], i["run_id"]) for i in queue] == [(operator.id, run_id)]
 
     # And when it is cancelled, its pending interrupt is closed and it cannot be cancelled again
-    cancelled = cli.json("runs", "cancel", run_id, "--actor", "ops", "--reason", "not needed")
-    assert cancelled["state"] == "cancelled"
+    cancel = ("runs", "cancel", run_id, "--actor", "ops", "--reason", "not needed")
+    cancelled = cli.json(*cancel, token=ops)
+    assert (cancelled["state"], cancelled["cancelled_by"]) == ("cancelled", "human:ops")
     closed = cli.json("interrupts", "list", "--run", run_id, "--status", "cancelled")
     assert [i["id"] for i in closed] == [operator.id]
-    cli.fails(4, "runs", "cancel", run_id, "--actor", "ops")
-    cli.fails(4, "runs", "pause", run_id, "--actor", "ops")
+    cli.fails(4, "runs", "cancel", run_id, "--actor", "ops", token=ops)
+    cli.fails(4, "runs", "pause", run_id, "--actor", "ops", token=ops)
 
     # Then what does not exist exits 3, with one line
     cli.fails(3, "runs", "show", "no-such-run")
     cli.fails(3, "interrupts", "show", "no-such-interrupt")
     cli.assert_secret_shown_only(secret)
+    cli.assert_secret_shown_only(ops)
 
 
 def test_sweep_and_reap_run_once_now(cli: Cli) -> None:

@@ -53,15 +53,19 @@ def test_retry_wait_follow_and_bulk_cancel(
     shared_worker: WorkerProcess,
     tmp_path: Path,
 ) -> None:
-    # Given a run whose only step fails for good (its gate file is missing)
+    # Given a run whose only step fails for good (its gate file is missing), and an operator
+    ops = add_actor("ops", ["operator"])
     gate = tmp_path / "gate"
     run_id = cli.json("runs", "start", "cli_retried", "--input", f'{{"gate": "{gate}"}}')["id"]
 
     # When the operator waits for it, then retries it once the gate exists
     failed = cli.run("runs", "wait", run_id[:8], "--json")
-    cli.fails(4, "runs", "retry", enqueue_run("approval", {"env": "x"}), "--actor", "ops")
+    other_run = enqueue_run("approval", {"env": "x"})
+    cli.fails(4, "runs", "retry", other_run, "--actor", "ops", token=ops)
     gate.write_text("open", encoding="utf-8")
-    cli.json("runs", "retry", run_id, "--actor", "ops", "--reason", "gate fixed")
+    cli.fails(11, "runs", "retry", run_id, "--actor", "ops", token="not-the-credential")
+    assert get_run(run_id).state == "failed"
+    cli.json("runs", "retry", run_id, "--actor", "ops", "--reason", "gate fixed", token=ops)
     followed = cli.run("runs", "show", run_id, "--follow")
     waited = cli.json("runs", "wait", run_id, "--timeout", "60")
 
@@ -77,7 +81,7 @@ def test_retry_wait_follow_and_bulk_cancel(
     story = cli.json("runs", "show", run_id)["events"]
     restart = [e for e in story if e["trigger"] == "restart"]
     assert [(e["actor"], e["from_state"], e["to_state"]) for e in restart] == [
-        ("ops", "failed", "queued")
+        ("human:ops", "failed", "queued")
     ]
     assert restart[0]["detail"]["reason"] == "gate fixed"
 
@@ -92,13 +96,21 @@ def test_retry_wait_follow_and_bulk_cancel(
     timed_out = cli.fails(23, "runs", "wait", mine[0], "--timeout", "0.5")
     unconfirmed = cli.fails(5, *("runs", "cancel", "--state", "waiting"), "--actor", "ops")
     bulk = ("runs", "cancel", "--flow", "approval", "--started-by", "bulk", "--state", "waiting")
-    cancelled = cli.json(*bulk, "--actor", "ops", "--yes")
+    forged = cli.fails(11, *bulk, "--actor", "ops", "--yes", token="not-the-credential")
+    responder = add_actor("rita", ["approver"])
+    denied = cli.fails(14, *bulk, "--actor", "rita", "--yes", token=responder)
+    assert {get_run(r).state for r in mine} == {"waiting"}
+    cancelled = cli.json(*bulk, "--actor", "ops", "--yes", token=ops)
 
     # Then exactly those were cancelled, and the count says so
     assert {r["id"] for r in listed} == set(mine)
     assert "still waiting" in timed_out.stderr
     assert "--yes" in unconfirmed.stderr
-    assert cancelled == {"selected": 3, "cancelled": 3, "skipped": 0}
+    assert "refused (unauthenticated)" in forged.stderr
+    assert "3 run(s) not cancelled: rita holds none of the operator roles of flow approval" in (
+        denied.stderr
+    )
+    assert cancelled == {"selected": 3, "cancelled": 3, "skipped": 0, "denied": 0}
     assert {get_run(r).state for r in mine} == {"cancelled"}
     assert get_run(other).state == "waiting"
 

@@ -43,6 +43,16 @@ def only(ctx: StepContext) -> None:
     return None
 
 
+# Operated by its own team: the default ``operator`` role may not cancel, pause or retry it.
+owned = Flow("owned", version=1, operator_roles=("release-ops",))
+
+
+@owned.step("only")
+def owned_only(ctx: StepContext) -> None:
+    ctx.state["done"] = True
+    return None
+
+
 flaky = Flow("flaky", version=1)
 
 

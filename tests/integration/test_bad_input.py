@@ -11,7 +11,7 @@ from models import runs as run_store
 from models.db import transaction
 from models.errors import InvalidInputError, InvalidTransitionError, UnknownFlowError
 from models.tables import Checkpoint, Event, Run
-from worker import cancel_run, enqueue_run, get_run
+from worker import add_actor, cancel_run, enqueue_run, get_run
 
 
 def _counts() -> tuple[int, int, int]:
@@ -72,10 +72,11 @@ def test_invalid_trigger_is_refused_and_writes_nothing(db: str) -> None:
 
 def test_cancelling_a_finished_run_is_refused(db: str) -> None:
     run_id = _queued_run()
-    cancel_run(run_id, actor="ops", reason="not needed")
+    ops = add_actor("ops", ["operator"])
+    cancel_run(run_id, actor="ops", credential=ops, reason="not needed")
     before = _counts()
     with pytest.raises(InvalidTransitionError) as caught:
-        cancel_run(run_id, actor="ops")
+        cancel_run(run_id, actor="ops", credential=ops)
     assert _one_line(caught.value) == f"run {run_id}: cannot cancel from cancelled"
     assert _counts() == before
 

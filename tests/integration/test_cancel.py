@@ -26,15 +26,21 @@ def _redis() -> redis.Redis:
     return redis.Redis.from_url(os.environ["INTERLUDE_TEST_REDIS"])
 
 
+def _carol() -> str:
+    """An operator's credential (the test flows keep the default operator role)."""
+    return add_actor("carol", ["operator"])
+
+
 def test_cancel_closes_pending_interrupts(tasks: TaskRecorder) -> None:
     # Given a run waiting on an approval
     credential = add_actor("alice", ["approver"])
+    carol = _carol()
     run_id = enqueue_run("expiring", {"policy": "expire", "expires_in": 3600})
     tasks.drain()
     assert get_run(run_id).state == "waiting"
     (interrupt,) = get_run(run_id).pending_interrupts
     # When an operator cancels it
-    cancel_run(run_id, actor="ops:carol", reason="customer withdrew")
+    by = cancel_run(run_id, actor="Carol", credential=carol, reason="customer withdrew")
     # Then the run is cancelled and its interrupt closed by the operator
     run = get_run(run_id)
     assert (run.state, run.error, run.pending_interrupts) == (
@@ -42,12 +48,14 @@ def test_cancel_closes_pending_interrupts(tasks: TaskRecorder) -> None:
         "customer withdrew",
         [],
     )
+    # recorded as the authenticated actor, in the normal form of its id
+    assert by == "human:carol"
     closed = get_interrupt(interrupt.id)
-    assert (closed.status, closed.resolved_by) == ("cancelled", "ops:carol")
+    assert (closed.status, closed.resolved_by) == ("cancelled", "human:carol")
     last = list_events(run_id)[-1]
     assert (last.trigger, last.actor, last.from_state, last.to_state) == (
         "cancel",
-        "ops:carol",
+        "human:carol",
         "waiting",
         "cancelled",
     )
@@ -79,6 +87,7 @@ def test_a_step_in_flight_when_cancelled_cannot_commit(
 ) -> None:
     # Given a step that is running (in another thread) and holding its lease
     r = _redis()
+    carol = _carol()
     run_id = enqueue_run("held", {"effect": with_effect})
     executing = threading.Thread(target=tasks.drain, name="drain")
     executing.start()
@@ -86,7 +95,7 @@ def test_a_step_in_flight_when_cancelled_cannot_commit(
         wait_for(lambda: r.exists(f"held:started:{run_id}"), timeout=30)
         assert get_run(run_id).state == "running"
         # When the run is cancelled and the step then carries on
-        cancel_run(run_id, actor="ops:carol", reason="stop")
+        cancel_run(run_id, actor="carol", credential=carol, reason="stop")
     finally:
         r.set(f"held:release:{run_id}", 1)
         executing.join()
@@ -118,7 +127,7 @@ def test_a_cancelled_queued_run_is_never_claimed(db: str) -> None:
             started_by="app",
             budget=None,
         ).id
-    cancel_run(run_id, actor="ops:carol")
+    cancel_run(run_id, actor="carol", credential=_carol())
     # When its task is delivered after all
     execute(run_id)
     # Then nothing runs
@@ -130,33 +139,36 @@ def test_a_cancelled_queued_run_is_never_claimed(db: str) -> None:
 def test_cancelling_a_finished_run_is_a_one_line_error_that_changes_nothing(
     tasks: TaskRecorder,
 ) -> None:
+    carol = _carol()
     run_id = enqueue_run("quick")
     tasks.drain()
     assert get_run(run_id).state == "succeeded"
     before, events = get_run(run_id), list_events(run_id)
     with pytest.raises(InvalidTransitionError) as error:
-        cancel_run(run_id, actor="ops:carol", reason="too late")
+        cancel_run(run_id, actor="carol", credential=carol, reason="too late")
     assert str(error.value) == f"run {run_id}: cannot cancel from succeeded"
-    with pytest.raises(InvalidInputError, match="cancel needs an actor"):
-        cancel_run(run_id, actor="")
+    with pytest.raises(InvalidInputError, match="cancel needs the acting actor"):
+        cancel_run(run_id, actor="", credential=carol)
     with pytest.raises(RunNotFoundError, match="no run nope"):
-        cancel_run("nope", actor="ops:carol")
+        cancel_run("nope", actor="carol", credential=carol)
     assert get_run(run_id) == before
     assert list_events(run_id) == events
 
 
 def test_cancelling_twice_is_refused_the_second_time(tasks: TaskRecorder) -> None:
+    carol, dave = _carol(), add_actor("dave", ["operator"])
     run_id = enqueue_run("expiring", {"policy": "expire", "expires_in": 3600})
     tasks.drain()
     assert get_run(run_id).state == "waiting"
-    cancel_run(run_id, actor="ops:carol")
+    cancel_run(run_id, actor="carol", credential=carol)
     with pytest.raises(InvalidTransitionError, match="cannot cancel from cancelled"):
-        cancel_run(run_id, actor="ops:dave")
-    assert [e.actor for e in list_events(run_id) if e.trigger == "cancel"] == ["ops:carol"]
+        cancel_run(run_id, actor="dave", credential=dave)
+    assert [e.actor for e in list_events(run_id) if e.trigger == "cancel"] == ["human:carol"]
 
 
 def test_cancels_racing_a_sweep_end_each_run_one_way(tasks: TaskRecorder) -> None:
     # Given twenty waiting runs whose deadline the sweep will consider passed
+    carol = _carol()
     runs = [enqueue_run("expiring", {"policy": "expire", "expires_in": 60}) for _ in range(20)]
     tasks.drain()
     assert all(get_run(r).state == "waiting" for r in runs)
@@ -169,7 +181,7 @@ def test_cancels_racing_a_sweep_end_each_run_one_way(tasks: TaskRecorder) -> Non
         # Oldest first, as the sweep goes: the two meet on the same rows again and again.
         for run_id in runs:
             try:
-                cancel_run(run_id, actor="ops:carol")
+                cancel_run(run_id, actor="carol", credential=carol)
                 outcomes[run_id] = "cancelled"
             except InvalidTransitionError:
                 outcomes[run_id] = "refused"
@@ -192,8 +204,8 @@ def test_cancels_racing_a_sweep_end_each_run_one_way(tasks: TaskRecorder) -> Non
         closers = [(e.trigger, e.actor) for e in list_events(run_id) if e.to_state == run.state]
         (interrupt,) = list_interrupts(run_id=run_id)
         if outcomes[run_id] == "cancelled":
-            assert run.state == "cancelled" and closers == [("cancel", "ops:carol")]
-            assert (interrupt.status, interrupt.resolved_by) == ("cancelled", "ops:carol")
+            assert run.state == "cancelled" and closers == [("cancel", "human:carol")]
+            assert (interrupt.status, interrupt.resolved_by) == ("cancelled", "human:carol")
         else:
             assert outcomes[run_id] == "refused"
             assert run.state == "expired" and closers == [("expire", "system:expiry")]

@@ -208,7 +208,7 @@ def test_operator_pause_stops_at_the_next_step_boundary(db: str, tasks: TaskReco
     try:
         wait_for(lambda: redis.get(f"pausable:holding:{run_id}"))
         # When an operator asks it to pause, and the step then ends
-        pause_run(run_id, actor="lead")
+        assert pause_run(run_id, actor="ops", credential=operator) == "human:ops"
     finally:
         redis.set(f"pausable:go:{run_id}", 1)
         executing.join()
@@ -219,11 +219,11 @@ def test_operator_pause_stops_at_the_next_step_boundary(db: str, tasks: TaskReco
         "operator.pause",
         "operator.v1",
     )
-    assert paused.evidence == {"requested_by": "lead", "step": "after_hold"}
-    assert paused.reason == "paused by lead"
+    assert paused.evidence == {"requested_by": "human:ops", "step": "after_hold"}
+    assert paused.reason == "paused by human:ops"
     assert paused.roles == ["operator"]
     run = get_run(run_id)
-    assert (run.next_step, run.pause_requested_by) == ("after_hold", "lead")
+    assert (run.next_step, run.pause_requested_by) == ("after_hold", "human:ops")
     assert _counter(f"pausable:after:{run_id}") == 0
     # And only an operator may release it, through the same gateway as any approval
     assert submit_resume(contract_for(paused, "alice"), approver).outcome == "denied"
@@ -235,12 +235,13 @@ def test_operator_pause_stops_at_the_next_step_boundary(db: str, tasks: TaskReco
 
 
 def test_pause_needs_an_actor_and_a_live_run(db: str, tasks: TaskRecorder) -> None:
+    operator = add_actor("ops", ["operator"])
     run_id = enqueue_run("quick", {})
     with pytest.raises(InvalidInputError, match="actor"):
-        pause_run(run_id, actor="")
+        pause_run(run_id, actor="", credential=operator)
     assert drain_finished(run_id) == "succeeded"
     with pytest.raises(InvalidTransitionError, match="cannot pause from succeeded"):
-        pause_run(run_id, actor="lead")
+        pause_run(run_id, actor="ops", credential=operator)
 
 
 def test_the_notifier_sees_the_committed_interrupt(db: str, tasks: TaskRecorder) -> None:

@@ -67,7 +67,8 @@ def runs(db: str, tasks: TaskRecorder, scratch: None) -> dict[str, str]:
     # An old run cancelled while it waited
     cancelled = enqueue_run("approval", {"env": "qa"})
     drain_pending(cancelled)
-    cancel_run(cancelled, actor="ops", reason="not needed")
+    ops = add_actor("ops", ["operator"])
+    cancel_run(cancelled, actor="ops", credential=ops, reason="not needed")
     # A run that finished just now, and one that waits
     recent = enqueue_run("effect_then_interrupt", {})
     recent_interrupt = drain_pending(recent)

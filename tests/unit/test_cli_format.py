@@ -25,6 +25,8 @@ from models.errors import (
     InterruptNotFoundError,
     InvalidInputError,
     InvalidTransitionError,
+    OperatorDeniedError,
+    OperatorUnauthenticatedError,
     RunNotFoundError,
     StaleStateError,
     UnknownFlowError,
@@ -112,6 +114,9 @@ def test_every_refused_outcome_has_its_own_status_and_is_documented() -> None:
         (ActorError(actor_id="a", detail="at least one role is required"), 2),
         (InvalidInputError(detail="x"), 2),
         (ConfigurationError(detail="x"), 1),
+        # A refused cancel, pause or retry exits as a resume refused for the same reason.
+        (OperatorUnauthenticatedError(action="cancel", run_id="r", outcome="-", reason="x"), 11),
+        (OperatorDeniedError(action="pause", run_id="r", outcome="-", reason="x"), 14),
     ],
 )
 def test_errors_map_to_exit_statuses(error: Exception, status: int) -> None:

@@ -11,6 +11,8 @@ from models.errors import (
     InterruptNotFoundError,
     InvalidInputError,
     InvalidTransitionError,
+    OperatorDeniedError,
+    OperatorUnauthenticatedError,
     RunNotFoundError,
     StaleStateError,
     UnknownFlowError,
@@ -46,6 +48,10 @@ RESUME_EXIT: dict[ResumeOutcome, int] = {
     ResumeOutcome.UNKNOWN_SCHEMA: 17,
     ResumeOutcome.KEY_REUSED: 18,
 }
+# A refused cancel, pause or retry exits as a resume refused for the same reason.
+OPERATOR_UNAUTHENTICATED = RESUME_EXIT[ResumeOutcome.UNAUTHENTICATED]
+OPERATOR_DENIED = RESUME_EXIT[ResumeOutcome.DENIED]
+OPERATOR_EXITS = (OPERATOR_UNAUTHENTICATED, OPERATOR_DENIED)
 
 
 def resume_exit(outcome: ResumeOutcome, original: ResumeOutcome | None = None) -> int:
@@ -66,7 +72,9 @@ EPILOG = f"""exit statuses:
   {NOT_CONFIRMED:<3} not confirmed (answer no, or no terminal and no --yes)
   20  runs wait: the run failed (21 cancelled, 22 expired, 23 still going at --timeout)
 """ + "".join(
-    f"  {status:<3} resume refused: {outcome.value}\n"
+    f"  {status:<3} resume refused: {outcome.value}"
+    + (" (also runs cancel, pause, retry)" if status in OPERATOR_EXITS else "")
+    + "\n"
     for outcome, status in RESUME_EXIT.items()
     if status != OK
 )
@@ -83,6 +91,10 @@ class CliError(Exception):
 def status_of(error: InterludeError) -> int:
     """The exit status for an error raised by the Python API."""
     not_found = RunNotFoundError | InterruptNotFoundError | UnknownFlowError | ActorNotFoundError
+    if isinstance(error, OperatorUnauthenticatedError):
+        return OPERATOR_UNAUTHENTICATED
+    if isinstance(error, OperatorDeniedError):
+        return OPERATOR_DENIED
     if isinstance(error, not_found):
         return NOT_FOUND
     if isinstance(error, InvalidTransitionError | StaleStateError | ActorExistsError):

@@ -1,7 +1,9 @@
 """``interlude runs retry|wait``, ``runs show --follow`` and bulk ``runs cancel``.
 
-The verbs that act on a run for an operator (cancel, pause, retry) go through ``_act``, the
-one place that will also check the operator's credential when the command asks for one.
+The verbs that act on a run for an operator (cancel, pause, retry) go through ``act``: the
+actor authenticates with the credential read as ``interlude resume`` reads it (from
+INTERLUDE_ACTOR_TOKEN or a hidden prompt, never an argument) and must hold one of the flow's
+operator roles.
 """
 
 from __future__ import annotations
@@ -10,13 +12,22 @@ import argparse
 import re
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from models.enums import RunState
-from worker.cli.exits import BAD_INPUT, OK, RUN_EXIT, WAIT_TIMED_OUT, CliError
-from worker.cli.inputs import confirm
-from worker.cli.output import Output, note, timestamp
+from worker.cli.exits import (
+    BAD_INPUT,
+    OK,
+    OPERATOR_DENIED,
+    OPERATOR_UNAUTHENTICATED,
+    RUN_EXIT,
+    WAIT_TIMED_OUT,
+    CliError,
+)
+from worker.cli.inputs import TOKEN_ENV, confirm, credential
+from worker.cli.output import Output, error, note, timestamp
 from worker.cli.parser import (
     Subparsers,
     id_text,
@@ -76,6 +87,7 @@ def register_verbs(runs: Subparsers, common: Any) -> None:
         "--actor", metavar="A", type=name_text, required=True, help="who retries (recorded)"
     )
     retry.add_argument("--reason", metavar="R", type=reason_text, default="", help="why (recorded)")
+    operator_options(retry)
 
     wait = verb(
         runs,
@@ -90,9 +102,40 @@ def register_verbs(runs: Subparsers, common: Any) -> None:
     wait.add_argument("--timeout", metavar="S", type=positive_float, help="give up after S seconds")
 
 
-def _act(action: Callable[..., None], run_id: str, *, actor: str, **options: Any) -> None:
-    """Every operator action on a run goes through here (one place to authenticate it)."""
-    action(run_id, actor=actor, **options)
+def operator_options(parser: argparse.ArgumentParser) -> None:
+    """What cancel, pause and retry add to ``--actor``: its kind; the credential is read
+    from the environment or a prompt."""
+    parser.add_argument(
+        "--actor-type",
+        choices=["human", "service"],
+        default="human",
+        help=f"who the actor is (the actor authenticates: {TOKEN_ENV} or a hidden prompt)",
+    )
+
+
+@dataclass(frozen=True)
+class Operator:
+    """The operator as the command was told: ``--actor``, ``--actor-type`` and the credential."""
+
+    actor: str
+    actor_type: str
+    credential: str = field(repr=False)
+
+
+def operator(args: argparse.Namespace) -> Operator:
+    """Who acts, with the credential from INTERLUDE_ACTOR_TOKEN or a hidden prompt."""
+    return Operator(args.actor, args.actor_type, credential(args.actor))
+
+
+def act(action: Callable[..., str], run_id: str, who: Operator, **options: Any) -> str:
+    """Every operator action on a run goes through here; returns the actor as recorded."""
+    return action(
+        run_id,
+        actor=who.actor,
+        actor_type=who.actor_type,
+        credential=who.credential,
+        **options,
+    )
 
 
 def _retry(args: argparse.Namespace, out: Output) -> int:
@@ -100,11 +143,11 @@ def _retry(args: argparse.Namespace, out: Output) -> int:
     from worker.operate import retry_run
 
     run_id = resolve_run(args.run_id)
-    _act(retry_run, run_id, actor=args.actor, reason=args.reason)
+    by = act(retry_run, run_id, operator(args), reason=args.reason)
     if out.as_json:
-        out.json({"id": run_id, "state": RunState.QUEUED.value, "retried_by": args.actor})
+        out.json({"id": run_id, "state": RunState.QUEUED.value, "retried_by": by})
     else:
-        out.line(f"run {run_id} retried by {args.actor}: its failed step runs again")
+        out.line(f"run {run_id} retried by {by}: its failed step runs again")
     return OK
 
 
@@ -159,7 +202,12 @@ def _key(entry: Entry) -> tuple[str, str, str]:
 def bulk_cancel(args: argparse.Namespace, out: Output) -> int:
     """``runs cancel`` without a RUN_ID: every run the filters select, after a confirmation."""
     from models.db import utcnow
-    from models.errors import InvalidTransitionError, StaleStateError
+    from models.errors import (
+        InvalidTransitionError,
+        OperatorDeniedError,
+        OperatorUnauthenticatedError,
+        StaleStateError,
+    )
     from worker import cancel_run
     from worker.operate import find_runs
 
@@ -180,7 +228,7 @@ def bulk_cancel(args: argparse.Namespace, out: Output) -> int:
     selected = [r for r in selected if not RunState(r.state).terminal]
     if not selected:
         if out.as_json:
-            out.json({"selected": 0, "cancelled": 0, "skipped": 0})
+            out.json({"selected": 0, "cancelled": 0, "skipped": 0, "denied": 0})
         else:
             out.line("no unfinished run matches; nothing to cancel")
         return OK
@@ -188,18 +236,42 @@ def bulk_cancel(args: argparse.Namespace, out: Output) -> int:
     if args.flow:
         question += f" of flow {args.flow}"
     confirm(f"{question}?", assume_yes=args.yes, what="cancel")
-    cancelled, skipped = 0, 0
+    who = operator(args)
+    cancelled, skipped, denied = 0, 0, []
+    by = f"{who.actor_type}:{who.actor}"
     for run in selected:
         try:
-            _act(cancel_run, run.id, actor=args.actor, reason=args.reason)
+            by = act(cancel_run, run.id, who, reason=args.reason)
             cancelled += 1
         except (InvalidTransitionError, StaleStateError):
             skipped += 1  # it finished (or kept moving) since it was selected
+        except OperatorDeniedError:
+            denied.append(run)  # a flow whose operator roles this actor does not hold
+        except OperatorUnauthenticatedError as exc:
+            if cancelled == 0:
+                raise  # the first one: nothing was cancelled
+            raise CliError(
+                f"{exc}; {cancelled} run(s) were cancelled before", OPERATOR_UNAUTHENTICATED
+            ) from None
     if out.as_json:
-        out.json({"selected": len(selected), "cancelled": cancelled, "skipped": skipped})
+        out.json(
+            {
+                "selected": len(selected),
+                "cancelled": cancelled,
+                "skipped": skipped,
+                "denied": len(denied),
+            }
+        )
     else:
         out.line(
-            f"{cancelled} run(s) cancelled by {args.actor}"
+            f"{cancelled} run(s) cancelled by {by}"
             + (f"; {skipped} finished meanwhile and were left as they are" if skipped else "")
+        )
+    if denied:
+        flows = sorted({r.flow_name for r in denied})
+        return error(
+            f"{len(denied)} run(s) not cancelled: {who.actor} holds none of the operator roles "
+            f"of flow {', '.join(flows)}",
+            OPERATOR_DENIED,
         )
     return OK

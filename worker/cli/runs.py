@@ -12,7 +12,15 @@ from worker.cli.attempts import register as register_attempts
 from worker.cli.exits import BAD_INPUT, OK, CliError
 from worker.cli.inputs import parse_json
 from worker.cli.lookup import resolve_run
-from worker.cli.operate import bulk_cancel, follow, register_verbs, selection_options
+from worker.cli.operate import (
+    act,
+    bulk_cancel,
+    follow,
+    operator,
+    operator_options,
+    register_verbs,
+    selection_options,
+)
 from worker.cli.output import Output, age, jsonable, seconds_since, timestamp, until
 from worker.cli.parser import (
     Parser,
@@ -89,6 +97,7 @@ def register(sub: Subparsers, common: Parser) -> None:
     cancel.add_argument(
         "--yes", action="store_true", help="cancel a selection without asking for confirmation"
     )
+    operator_options(cancel)
 
     pause = verb(
         runs,
@@ -103,6 +112,7 @@ def register(sub: Subparsers, common: Parser) -> None:
     pause.add_argument(
         "--actor", metavar="A", type=name_text, required=True, help="who pauses (recorded)"
     )
+    operator_options(pause)
     register_verbs(runs, common)
     register_attempts(runs, common, of="run")
 
@@ -263,12 +273,12 @@ def _cancel(args: argparse.Namespace, out: Output) -> int:
     if any((args.flow, args.state, args.older_than, args.started_by)):
         raise CliError("give RUN_ID or a selection (--flow, --state, ...), not both", BAD_INPUT)
     run_id = resolve_run(args.run_id)
-    cancel_run(run_id, actor=args.actor, reason=args.reason)
+    by = act(cancel_run, run_id, operator(args), reason=args.reason)
     state = get_run(run_id).state
     if out.as_json:
-        out.json({"id": run_id, "state": state, "cancelled_by": args.actor})
+        out.json({"id": run_id, "state": state, "cancelled_by": by})
     else:
-        out.line(f"run {run_id} cancelled by {args.actor}")
+        out.line(f"run {run_id} cancelled by {by}")
     return OK
 
 
@@ -276,12 +286,12 @@ def _pause(args: argparse.Namespace, out: Output) -> int:
     from worker import pause_run
 
     run_id = resolve_run(args.run_id)
-    pause_run(run_id, actor=args.actor)
+    by = act(pause_run, run_id, operator(args))
     if out.as_json:
-        out.json({"id": run_id, "pause_requested_by": args.actor})
+        out.json({"id": run_id, "pause_requested_by": by})
     else:
         out.line(
-            f"pause requested for run {run_id} by {args.actor}: it stops at its next "
+            f"pause requested for run {run_id} by {by}: it stops at its next "
             "step boundary with an operator interrupt"
         )
     return OK
