@@ -93,6 +93,9 @@ class Stage:
     inputs: Any = field(default_factory=lambda: itertools.cycle(STAGE_INPUTS))
     # Every id a run, checkpoint or interrupt on stage has had (for re-pointed contracts).
     ids: list[str] = field(default_factory=list)
+    # What the last example left, if it passed and released nothing: the next one's "before".
+    # Nothing else writes between examples (tasks run only when drained).
+    left: Snapshot | None = None
 
     def start(self) -> None:
         interrupt = drain_pending(enqueue_run("approval", dict(next(self.inputs))))
@@ -200,7 +203,7 @@ def _numbers_as_floats(value: Any) -> Any:
 def _submit_and_check(
     stage: Stage, contract: Any, credential: Any, *, swapped: bool = False
 ) -> ResumeResult:
-    before = _snapshot()
+    before, stage.left = stage.left or _snapshot(), None
     # When anything is submitted (the two arguments the wrong way round, too), Then no
     # exception escapes ...
     first, second = (credential, contract) if swapped else (contract, credential)
@@ -236,6 +239,8 @@ def _submit_and_check(
     if result.accepted:
         assert result.run_id is not None
         stage.replace(result.run_id)
+    else:
+        stage.left = Snapshot(after.world, after.attempts)
     return result
 
 
