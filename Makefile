@@ -21,8 +21,10 @@ lint: $(BIN)/.installed
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
+# The suite in parallel processes: most acceptance tests wait on real workers, not the CPU.
+TEST_PROCESSES ?= 3
 test: lint
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n $(TEST_PROCESSES) --dist loadgroup
 
 # interlude against LangGraph and DBOS (W1, three-step, W4); needs PostgreSQL and Redis local
 # and RIVALS_PYTHON, a Python with langgraph langgraph-checkpoint-postgres dbos installed.

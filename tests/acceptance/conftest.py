@@ -28,6 +28,11 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if HERE in item.path.parents:
             item.add_marker(pytest.mark.slow)
+        # In parallel runs (make test), the RabbitMQ variants go to one process, which starts
+        # the session's RabbitMQ node once rather than once per process.
+        params = getattr(item, "callspec", None)
+        if params is not None and "rabbitmq" in params.params.values():
+            item.add_marker(pytest.mark.xdist_group("rabbitmq"))
 
 
 @pytest.fixture(autouse=True)
