@@ -19,7 +19,6 @@ from sqlalchemy import (
     DateTime,
     Engine,
     Integer,
-    Result,
     Table,
     Text,
     TypeDecorator,
@@ -37,8 +36,10 @@ from sqlalchemy.engine import URL, CursorResult, make_url
 from sqlalchemy.engine import Dialect as SQLDialect
 from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.orm import Session
-from sqlalchemy.sql import Insert, Select, Update
+from sqlalchemy.sql import Insert, Select
 from sqlalchemy.sql.dml import UpdateBase
+
+from models.statements import Shapes, Write, param, row_values
 
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 # A pooled PostgreSQL connection unused for this long is pinged before it is handed out (a
@@ -80,6 +81,9 @@ class Dialect:
 
     name = "postgresql"
 
+    def __init__(self) -> None:
+        self.shapes = Shapes()
+
     def create(self, url: URL, pool_size: int) -> Engine:
         if url.drivername in ("postgresql", "postgres"):
             # psycopg 3 is the driver we ship; plain postgresql:// would ask for psycopg2.
@@ -109,44 +113,60 @@ class Dialect:
 
     def insert_rows(
         self, table: Table, common: dict[str, Any], rows: Sequence[dict[str, Any]]
-    ) -> list[Insert]:
+    ) -> list[Write]:
         """INSERTs of ``rows`` into ``table``, in their order, each with the ``common`` values.
 
         One statement whatever the number of rows: the rows travel as one JSON parameter and
-        are inserted in the order given (ids in that order too), so its compiled form is
-        cached like any other. (A multi-row VALUES is compiled again at every execution.) The
-        values of ``rows`` must be JSON; the columns they fill are text or JSON.
+        are inserted in the order given (ids in that order too). (A multi-row VALUES would be
+        compiled again at every execution.) The values of ``rows`` must be JSON; the columns
+        they fill are text or JSON.
         """
         if not rows:
             return []
-        keys = list(rows[0])
-        numbered = [{"i": i, **row} for i, row in enumerate(rows)]
-        columns: list[Any] = [column("i", Integer)]
-        for k in keys:
-            columns.append(column(k, JSONB() if isinstance(table.c[k].type, JSON) else Text()))
-        given = (
-            func.jsonb_to_recordset(bindparam(f"{table.name}_rows", numbered, type_=JSONB))
-            .table_valued(*columns)
-            .render_derived(name=f"{table.name}_given", with_types=True)
-        )
-        commons = [
-            bindparam(f"{table.name}_{k}", v, type_=table.c[k].type) for k, v in common.items()
-        ]
-        query = select(*commons, *(given.c[k] for k in keys)).order_by(given.c.i)
-        return [insert(table).from_select([*common, *keys], query)]
+        keys, commons = tuple(rows[0]), tuple(common)
 
-    def execute_with(
-        self, session: Session, statement: UpdateBase, writes: Sequence[Insert | Update]
-    ) -> Result[Any]:
+        def build(prefix: str) -> UpdateBase:
+            columns: list[Any] = [column("i", Integer)]
+            for k in keys:
+                columns.append(column(k, JSONB() if isinstance(table.c[k].type, JSON) else Text()))
+            given = (
+                func.jsonb_to_recordset(bindparam(prefix + "rows", type_=JSONB))
+                .table_valued(*columns)
+                .render_derived(name=f"{table.name}_given", with_types=True)
+            )
+            fixed = [param(table, k, prefix + k) for k in commons]
+            query = select(*fixed, *(given.c[k] for k in keys)).order_by(given.c.i)
+            return insert(table).from_select([*commons, *keys], query)
+
+        numbered = [{"i": i, **row} for i, row in enumerate(rows)]
+        shape = ("rows", table.name, commons, keys)
+        return [Write(shape, build, {**common, "rows": numbered})]
+
+    def execute_with(self, session: Session, statement: Write, writes: Sequence[Write]) -> Any:
         """``statement`` together with ``writes`` (inserts and updates of other tables).
 
         One round trip: the writes ride along as data-modifying CTEs. They see the snapshot
         of ``statement``, not its effects, and all of it rolls back with the transaction if
         the caller finds that ``statement`` changed nothing (a lost compare-and-set).
         """
-        if writes:
-            statement = statement.add_cte(*(w.cte(f"w{i}") for i, w in enumerate(writes)))
-        return session.execute(statement)
+        shape = ("with", statement.shape, tuple(w.shape for w in writes))
+
+        def compose() -> UpdateBase:
+            main = statement.build("m_")
+            if writes:
+                main = main.add_cte(*(w.build(f"w{i}_").cte(f"w{i}") for i, w in enumerate(writes)))
+            return main
+
+        params = statement.bound("m_")
+        for i, write in enumerate(writes):
+            params.update(write.bound(f"w{i}_"))
+        return session.execute(self.shapes.get(shape, compose), params)
+
+    def execute(self, session: Session, write: Write) -> Any:
+        """One write on its own, its statement built once for its shape."""
+        # (A prefix all the same: a parameter named as its column is reserved in VALUES/SET.)
+        statement = self.shapes.get(write.shape, lambda: write.build("s_"))
+        return session.execute(statement, write.bound("s_"))
 
 
 class SQLiteDialect(Dialect):
@@ -172,28 +192,33 @@ class SQLiteDialect(Dialect):
     def insert_unless_present(self, table: Table, *key: str) -> Insert:
         return sqlite.insert(table).on_conflict_do_nothing(index_elements=list(key))
 
-    # In-process: one single-row INSERT per row (each compiled once), executed in order.
+    # In-process: one single-row INSERT per row, executed in order.
     def insert_rows(
         self, table: Table, common: dict[str, Any], rows: Sequence[dict[str, Any]]
-    ) -> list[Insert]:
-        return [insert(table).values({**common, **row}) for row in rows]
+    ) -> list[Write]:
+        if not rows:
+            return []
+        columns = (*common, *rows[0])
+
+        def build(prefix: str) -> UpdateBase:
+            return insert(table).values(row_values(table, columns, prefix))
+
+        return [Write(("row", table.name, columns), build, {**common, **row}) for row in rows]
 
     # SQLite has no data-modifying CTEs; it is in-process, so a round trip costs little.
-    def execute_with(
-        self, session: Session, statement: UpdateBase, writes: Sequence[Insert | Update]
-    ) -> Result[Any]:
+    def execute_with(self, session: Session, statement: Write, writes: Sequence[Write]) -> Any:
         # The statement first (the writes may refer to the row it inserts), and the writes
         # only if it changed something.
-        result = session.execute(statement)
+        result = self.execute(session, statement)
         if isinstance(result, CursorResult) and result.returns_rows:
             kept = result.freeze()
             if kept.data:
                 for write in writes:
-                    session.execute(write)
+                    self.execute(session, write)
             return kept()
-        if result.rowcount:  # type: ignore[attr-defined]
+        if result.rowcount:
             for write in writes:
-                session.execute(write)
+                self.execute(session, write)
         return result
 
 

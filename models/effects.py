@@ -10,14 +10,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Table, Update, literal, select, update
+from sqlalchemy import Table, bindparam, literal, select, update
 from sqlalchemy import exists as sql_exists
 from sqlalchemy.orm import Session
+from sqlalchemy.sql.dml import UpdateBase
 
 from models.db import dialect, utcnow
 from models.enums import EffectStatus, RunState
 from models.errors import FencedError
 from models.runs import RUNS, assert_owner
+from models.statements import Write, row_values
 from models.tables import Effect
 
 EFFECTS: Table = Effect.__table__  # type: ignore[assignment]
@@ -130,22 +132,40 @@ def record_outcomes(
     """Outcomes of this run's effects, fenced: a stale owner gets FencedError, writes nothing."""
     assert_owner(session, run_id, epoch)
     for write in outcome_writes(run_id=run_id, epoch=epoch, outcomes=outcomes):
-        session.execute(write)
+        dialect(session).execute(session, write)
 
 
-def outcome_writes(*, run_id: str, epoch: int, outcomes: Sequence[Outcome]) -> list[Update]:
+OUTCOME_COLUMNS = ("status", "receipt", "error", "epoch", "updated_at")
+
+
+def _build_outcome(prefix: str) -> UpdateBase:
+    return (
+        update(EFFECTS)
+        .where(
+            EFFECTS.c.idempotency_key == bindparam(prefix + "key"),
+            EFFECTS.c.run_id == bindparam(prefix + "run_id"),
+        )
+        .values(row_values(EFFECTS, OUTCOME_COLUMNS, prefix))
+    )
+
+
+def outcome_writes(*, run_id: str, epoch: int, outcomes: Sequence[Outcome]) -> list[Write]:
     """The UPDATEs recording ``outcomes``, to go with a step's commit: its run update, fenced
     on ``epoch``, is what keeps a stale owner from writing them."""
     now = utcnow()
     return [
-        update(EFFECTS)
-        .where(EFFECTS.c.idempotency_key == outcome.key, EFFECTS.c.run_id == run_id)
-        .values(
-            status=outcome.status.value,
-            receipt=outcome.receipt,
-            error=outcome.error,
-            epoch=epoch,
-            updated_at=now,
+        Write(
+            ("outcome",),
+            _build_outcome,
+            {
+                "key": outcome.key,
+                "run_id": run_id,
+                "status": outcome.status.value,
+                "receipt": outcome.receipt,
+                "error": outcome.error,
+                "epoch": epoch,
+                "updated_at": now,
+            },
         )
         for outcome in outcomes
     ]

@@ -11,20 +11,23 @@ from collections.abc import Collection
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Insert, Table, func, insert, select, update
+from sqlalchemy import Table, func, insert, select, update
 from sqlalchemy.orm import Session
 from sqlalchemy.orm.attributes import set_committed_value
+from sqlalchemy.sql.dml import UpdateBase
 
 from models.contracts import InterruptDecl
 from models.db import dialect, utcnow
 from models.enums import EventKind, InterruptStatus
 from models.runs import new_id
+from models.statements import Write, row_values
 from models.tables import Interrupt, ResumeAttempt, Run
 from statemachine import interrupt_destination, interrupt_sources
 
 INTERRUPTS: Table = Interrupt.__table__  # type: ignore[assignment]
 ATTEMPTS: Table = ResumeAttempt.__table__  # type: ignore[assignment]
 PENDING = InterruptStatus.PENDING.value
+INTERRUPT_COLUMNS = tuple(column.key for column in INTERRUPTS.columns)
 # What a superseding interrupt does not take over from the one it replaces.
 NOT_INHERITED = frozenset(
     {
@@ -43,7 +46,7 @@ NOT_INHERITED = frozenset(
 
 def new_interrupt(
     run: Run, decl: InterruptDecl, *, step: str, checkpoint_id: str, state_version: int
-) -> tuple[Interrupt, Insert]:
+) -> tuple[Interrupt, Write]:
     """The durable interrupt of a run moving to ``waiting`` (at ``state_version``), and the
     INSERT that writes it with the run's ``suspend`` (see ``interrupt_event``)."""
     now = utcnow()
@@ -60,8 +63,12 @@ def new_interrupt(
         escalation_level=0,
         created_at=now,
     )
-    row = {column.key: getattr(interrupt, column.key) for column in INTERRUPTS.columns}
-    return interrupt, insert(INTERRUPTS).values(row)
+    row = {column: getattr(interrupt, column) for column in INTERRUPT_COLUMNS}
+    return interrupt, Write(("interrupt",), _build_insert, row)
+
+
+def _build_insert(prefix: str) -> UpdateBase:
+    return insert(INTERRUPTS).values(row_values(INTERRUPTS, INTERRUPT_COLUMNS, prefix))
 
 
 def interrupt_event(interrupt_id: str, decl: InterruptDecl) -> tuple[EventKind, Any]:

@@ -15,9 +15,10 @@ from datetime import datetime, timedelta
 from itertools import pairwise
 from typing import Any, NoReturn
 
-from sqlalchemy import Insert, Table, Update, exists, func, insert, or_, select, update
+from sqlalchemy import Table, bindparam, exists, func, insert, or_, select, update
 from sqlalchemy.orm import Session
 from sqlalchemy.orm.attributes import set_committed_value
+from sqlalchemy.sql.dml import UpdateBase
 
 from models.db import dialect, utcnow
 from models.enums import EffectStatus, EventKind, InterruptStatus, RunState
@@ -27,6 +28,7 @@ from models.errors import (
     RunNotFoundError,
     StaleStateError,
 )
+from models.statements import Write, row_values
 from models.tables import Checkpoint, Effect, Event, Interrupt, Run
 from statemachine import CLAIMABLE, TERMINAL_STATES, TransitionNotAllowed, destination
 
@@ -34,8 +36,7 @@ RUNS: Table = Run.__table__  # type: ignore[assignment]
 EVENTS: Table = Event.__table__  # type: ignore[assignment]
 CHECKPOINTS: Table = Checkpoint.__table__  # type: ignore[assignment]
 # Written by ``move`` alone, from the lifecycle: a caller's fields may not override them.
-# A row of another table written with a run's transition, in the same round trip.
-Write = Insert | Update
+CHECKPOINT_COLUMNS = tuple(column.key for column in CHECKPOINTS.columns)
 LIFECYCLE_FIELDS = frozenset({"state", "state_version", "updated_at"})
 NON_TERMINAL = [s.value for s in RunState if s not in TERMINAL_STATES]
 
@@ -83,7 +84,7 @@ def record_events(
     """Append audit events; ``moves`` are the states the first ones move between (events
     past them are facts, not transitions)."""
     for write in events_insert(session, run_id, actor=actor, events=events, at=at, moves=moves):
-        session.execute(write)
+        dialect(session).execute(session, write)
 
 
 def events_insert(
@@ -94,7 +95,7 @@ def events_insert(
     events: Sequence[tuple[EventKind, Any]],
     at: datetime | None = None,
     moves: Sequence[tuple[str | None, str | None]] = (),
-) -> list[Insert]:
+) -> list[Write]:
     """The INSERTs of those events, in their order, to be executed with other writes (none
     if no events): one statement on PostgreSQL, whatever their number."""
     # Core inserts: events are never read back through the session, and skipping the ORM's
@@ -207,8 +208,15 @@ def insert_run(
         at=now,
         moves=[(None, RunState.QUEUED.value)],
     )
+    columns = tuple(values)
+
+    def build(prefix: str) -> UpdateBase:
+        return insert(RUNS).values(row_values(RUNS, columns, prefix))
+
     dialect(session).execute_with(
-        session, insert(RUNS).values(values), [checkpoint_insert(session, first), *enqueued]
+        session,
+        Write(("insert_run", columns), build, values),
+        [checkpoint_insert(session, first), *enqueued],
     )
     return run
 
@@ -341,9 +349,6 @@ def move_through(
         values.setdefault("lease_owner", None)
         values.setdefault("lease_expires_at", None)
     values.update(state=dest.value, state_version=run.state_version + len(triggers), updated_at=now)
-    stmt = update(RUNS).where(RUNS.c.id == run.id, RUNS.c.state_version == run.state_version)
-    if fence_epoch is not None:
-        stmt = stmt.where(RUNS.c.lease_epoch == fence_epoch)
     events = events_insert(
         session,
         run.id,
@@ -354,11 +359,7 @@ def move_through(
     )
     returned = (
         dialect(session)
-        .execute_with(
-            session,
-            stmt.values(**values).returning(RUNS.c.pause_requested_by),
-            [*events, *writes],
-        )
+        .execute_with(session, _move_write(run, values, fence_epoch), [*events, *writes])
         .first()
     )
     if returned is None:
@@ -367,6 +368,25 @@ def move_through(
     for key, value in values.items():
         set_committed_value(run, key, value)
     return run
+
+
+def _move_write(run: Run, values: dict[str, Any], fence_epoch: int | None) -> Write:
+    """The compare-and-set UPDATE of a transition, as a statement of its shape."""
+    columns, fenced = tuple(sorted(values)), fence_epoch is not None
+
+    def build(prefix: str) -> UpdateBase:
+        stmt = update(RUNS).where(
+            RUNS.c.id == bindparam(prefix + "run_id"),
+            RUNS.c.state_version == bindparam(prefix + "seen_version"),
+        )
+        if fenced:
+            stmt = stmt.where(RUNS.c.lease_epoch == bindparam(prefix + "fence_epoch"))
+        set_to = row_values(RUNS, columns, prefix + "set_")
+        return stmt.values(set_to).returning(RUNS.c.pause_requested_by)
+
+    params = {f"set_{k}": v for k, v in values.items()}
+    params.update(run_id=run.id, seen_version=run.state_version, fence_epoch=fence_epoch)
+    return Write(("move", fenced, columns), build, params)
 
 
 def _raise_lost_race(session: Session, run: Run, fence_epoch: int | None) -> NoReturn:
@@ -500,14 +520,20 @@ def new_checkpoint(
     )
 
 
-def checkpoint_insert(session: Session, checkpoint: Checkpoint) -> Insert:
+def checkpoint_insert(session: Session, checkpoint: Checkpoint) -> Write:
     """The INSERT appending ``checkpoint``, to go with the transition that commits it.
 
     It writes nothing when the sequence is taken: only when another owner committed it first,
     and then that transition's compare-and-set fails too, and says why.
     """
-    values = {column.key: getattr(checkpoint, column.key) for column in CHECKPOINTS.columns}
-    return dialect(session).insert_unless_present(CHECKPOINTS, "run_id", "seq").values(values)
+    strategy = dialect(session)
+
+    def build(prefix: str) -> UpdateBase:
+        statement = strategy.insert_unless_present(CHECKPOINTS, "run_id", "seq")
+        return statement.values(row_values(CHECKPOINTS, CHECKPOINT_COLUMNS, prefix))
+
+    values = {column: getattr(checkpoint, column) for column in CHECKPOINT_COLUMNS}
+    return Write(("checkpoint",), build, values)
 
 
 # --- recovery (the reaper) ---------------------------------------------------------------------

@@ -37,6 +37,7 @@ from models.errors import (
     UnknownStepError,
 )
 from models.settings import get_settings
+from models.statements import Write
 from models.tables import Checkpoint, Interrupt, Run
 from worker import dispatch, runlog, step_metrics
 from worker.context import ResolvedInterrupt, StepContext
@@ -355,7 +356,7 @@ def _counted(ctx: StepContext) -> list[tuple[EventKind, Any]]:
     return [(EventKind(name), {"count": count}) for name, count in ctx.counters.items()]
 
 
-def _outcomes(ctx: StepContext) -> Sequence[store.Write]:
+def _outcomes(ctx: StepContext) -> Sequence[Write]:
     """Effect outcomes the step has not written yet, to be written with its commit."""
     return effect_store.outcome_writes(
         run_id=ctx.run_id, epoch=ctx.epoch, outcomes=ctx.pending_outcomes
