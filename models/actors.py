@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
-from sqlalchemy import Table, insert, select, update
+from sqlalchemy import Table, bindparam, insert, select, update
 from sqlalchemy.orm import Session
 
 from models.db import dialect, utcnow
@@ -24,10 +25,14 @@ def insert_actor(session: Session, actor_id: str, roles: list[str], credential_h
 
 def get_actor(session: Session, actor_id: str, *, for_decision: bool = False) -> Actor | None:
     """The actor row; ``for_decision`` keeps it from changing (a revoke) until commit."""
-    query = select(Actor).where(Actor.id == actor_id)
-    if for_decision:
-        query = dialect(session).lock_shared(query)
-    return session.execute(query).scalar_one_or_none()
+    strategy = dialect(session)
+
+    def build() -> Any:
+        query = select(Actor).where(Actor.id == bindparam("actor_id"))
+        return strategy.lock_shared(query) if for_decision else query
+
+    query = strategy.shapes.get(("actor", for_decision), build)
+    return session.execute(query, {"actor_id": actor_id}).scalar_one_or_none()
 
 
 def revoke(session: Session, actor_id: str, at: datetime) -> bool:

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Table, bindparam, literal, select, update
+from sqlalchemy import Table, bindparam, select, update
 from sqlalchemy import exists as sql_exists
 from sqlalchemy.orm import Session
 from sqlalchemy.sql.dml import UpdateBase
@@ -19,7 +19,7 @@ from models.db import dialect, utcnow
 from models.enums import EffectStatus, RunState
 from models.errors import FencedError
 from models.runs import RUNS, assert_owner
-from models.statements import Write, row_values
+from models.statements import Write, param, row_values
 from models.tables import Effect
 
 EFFECTS: Table = Effect.__table__  # type: ignore[assignment]
@@ -100,14 +100,39 @@ def record_intent(
         "created_at": now,
         "updated_at": now,
     }
-    row = select(*(literal(v, type_=EFFECTS.c[k].type) for k, v in values.items()))
-    inserted = session.execute(
-        dialect(session)
-        .insert_unless_present(EFFECTS, "idempotency_key")
-        .from_select(list(values), row.where(_owned(session, run_id, epoch)))
-        .returning(EFFECTS.c.id)
-    ).first()
+    strategy = dialect(session)
+
+    def build() -> Any:
+        row = select(*(param(EFFECTS, k, f"new_{k}") for k in INTENT_COLUMNS))
+        fence = strategy.lock_shared(
+            select(RUNS.c.id).where(
+                RUNS.c.id == bindparam("new_run_id"),
+                RUNS.c.lease_epoch == bindparam("new_epoch"),
+                RUNS.c.state == RunState.RUNNING,
+            )
+        )
+        return (
+            strategy.insert_unless_present(EFFECTS, "idempotency_key")
+            .from_select(list(INTENT_COLUMNS), row.where(sql_exists(fence)))
+            .returning(EFFECTS.c.id)
+        )
+
+    statement = strategy.shapes.get(("intent",), build)
+    inserted = session.execute(statement, {f"new_{k}": v for k, v in values.items()}).first()
     return inserted is not None
+
+
+INTENT_COLUMNS = (
+    "run_id",
+    "step",
+    "name",
+    "idempotency_key",
+    "epoch",
+    "request_hash",
+    "status",
+    "created_at",
+    "updated_at",
+)
 
 
 def key_owner(session: Session, key: str) -> str | None:

@@ -11,7 +11,7 @@ from collections.abc import Collection
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Table, func, insert, select, update
+from sqlalchemy import Table, bindparam, func, insert, select, update
 from sqlalchemy.orm import Session
 from sqlalchemy.orm.attributes import set_committed_value
 from sqlalchemy.sql.dml import UpdateBase
@@ -84,14 +84,24 @@ def transition(session: Session, interrupt: Interrupt, trigger: str, **values: A
 
     False when another process moved it first (nothing is written then).
     """
-    sources = [s.value for s in interrupt_sources(trigger)]
+    sources = tuple(s.value for s in interrupt_sources(trigger))
     values = {**values, "status": interrupt_destination(trigger, sources[0]).value}
     values.setdefault("resolved_at", utcnow())
-    moved = session.execute(
-        update(INTERRUPTS)
-        .where(INTERRUPTS.c.id == interrupt.id, INTERRUPTS.c.status.in_(sources))
-        .values(**values)
-    )
+    columns = tuple(sorted(values))
+
+    def build() -> Any:
+        return (
+            update(INTERRUPTS)
+            .where(
+                INTERRUPTS.c.id == bindparam("moved_interrupt"),
+                INTERRUPTS.c.status.in_(sources),
+            )
+            .values(row_values(INTERRUPTS, columns, "to_"))
+        )
+
+    statement = dialect(session).shapes.get(("interrupt_move", sources, columns), build)
+    params = {f"to_{k}": v for k, v in values.items()}
+    moved = session.execute(statement, {**params, "moved_interrupt": interrupt.id})
     if moved.rowcount != 1:  # type: ignore[attr-defined]
         return False
     for key, value in values.items():
@@ -146,12 +156,18 @@ def _successor(old: Interrupt, changes: dict[str, Any]) -> Interrupt:
 
 def lock_with_run(session: Session, interrupt_id: str) -> tuple[Interrupt, Run] | None:
     """The interrupt, locked until commit, and its run, in one query."""
-    query = (
-        select(Interrupt, Run)
-        .join(Run, Run.id == Interrupt.run_id)
-        .where(Interrupt.id == interrupt_id)
-    )
-    found = session.execute(dialect(session).lock(query, of=Interrupt)).first()
+    strategy = dialect(session)
+
+    def build() -> Any:
+        query = (
+            select(Interrupt, Run)
+            .join(Run, Run.id == Interrupt.run_id)
+            .where(Interrupt.id == bindparam("locked_interrupt"))
+        )
+        return strategy.lock(query, of=Interrupt)
+
+    query = strategy.shapes.get(("lock_with_run",), build)
+    found = session.execute(query, {"locked_interrupt": interrupt_id}).first()
     return None if found is None else (found[0], found[1])
 
 
@@ -225,18 +241,27 @@ def list_rows(
 
 def original_attempt(session: Session, actor_id: str, key: str) -> ResumeAttempt | None:
     """The attempt by which ``actor_id`` claimed idempotency key ``key``, if any."""
-    return session.execute(
-        select(ResumeAttempt).where(
-            ResumeAttempt.actor_id == actor_id, ResumeAttempt.original_key == key
-        )
-    ).scalar_one_or_none()
+    query = dialect(session).shapes.get(("original_attempt",), _original_attempt_query)
+    return session.execute(query, {"by_actor": actor_id, "by_key": key}).scalar_one_or_none()
+
+
+def _original_attempt_query() -> Any:
+    return select(ResumeAttempt).where(
+        ResumeAttempt.actor_id == bindparam("by_actor"),
+        ResumeAttempt.original_key == bindparam("by_key"),
+    )
 
 
 def insert_attempt(session: Session, **values: Any) -> int:
     """Record one resume attempt; returns its id."""
-    inserted = session.execute(
-        insert(ATTEMPTS).values(at=utcnow(), **values).returning(ATTEMPTS.c.id)
-    )
+    values = {"at": utcnow(), **values}
+    columns = tuple(sorted(values))
+
+    def build() -> Any:
+        return insert(ATTEMPTS).values(row_values(ATTEMPTS, columns, "a_")).returning(ATTEMPTS.c.id)
+
+    statement = dialect(session).shapes.get(("attempt", columns), build)
+    inserted = session.execute(statement, {f"a_{k}": v for k, v in values.items()})
     return int(inserted.scalar_one())
 
 

@@ -263,24 +263,29 @@ def load_claimable(session: Session, run_id: str) -> Claimable | None:
 
     The later ``claim`` finds the run in the session without another query.
     """
+    query = dialect(session).shapes.get(("claimable",), _claimable_query)
+    rows = session.execute(query, {"claimed_run": run_id}).all()
+    if not rows or rows[0][0].state not in CLAIMABLE:
+        return None
+    first = rows[0]
+    return Claimable(
+        first[0], first[1], [row[2] for row in rows if row[2] is not None], bool(first[3])
+    )
+
+
+def _claimable_query() -> Any:
     answered = (Interrupt.run_id == Run.id) & (Interrupt.checkpoint_id == Checkpoint.id)
     unsettled = exists(
         select(Effect.id).where(Effect.run_id == Run.id, Effect.status == EffectStatus.INTENT.value)
     ).label("unsettled")
-    rows = session.execute(
+    return (
         select(Run, Checkpoint, Interrupt, unsettled)
         .join(
             Checkpoint,
             (Checkpoint.run_id == Run.id) & (Checkpoint.seq == Run.checkpoint_seq),
         )
         .outerjoin(Interrupt, answered & (Interrupt.status == InterruptStatus.RESOLVED.value))
-        .where(Run.id == run_id)
-    ).all()
-    if not rows or rows[0][0].state not in CLAIMABLE:
-        return None
-    first = rows[0]
-    return Claimable(
-        first[0], first[1], [row[2] for row in rows if row[2] is not None], bool(first[3])
+        .where(Run.id == bindparam("claimed_run"))
     )
 
 
@@ -463,12 +468,21 @@ def assert_owner(session: Session, run_id: str, epoch: int) -> None:
 
 def renew_lease(session: Session, run_id: str, *, epoch: int, expires_at: datetime) -> bool:
     """Extend the lease held at ``epoch``; False if another owner took the run meanwhile."""
-    result = session.execute(
-        update(RUNS)
-        .where(RUNS.c.id == run_id, RUNS.c.lease_epoch == epoch, RUNS.c.state == RunState.RUNNING)
-        .values(lease_expires_at=expires_at)
-    )
+    params = {"renewed_run": run_id, "held_epoch": epoch, "renewed_until": expires_at}
+    result = session.execute(dialect(session).shapes.get(("renew",), _renew_statement), params)
     return bool(result.rowcount == 1)  # type: ignore[attr-defined]
+
+
+def _renew_statement() -> Any:
+    return (
+        update(RUNS)
+        .where(
+            RUNS.c.id == bindparam("renewed_run"),
+            RUNS.c.lease_epoch == bindparam("held_epoch"),
+            RUNS.c.state == RunState.RUNNING,
+        )
+        .values(lease_expires_at=bindparam("renewed_until", type_=RUNS.c.lease_expires_at.type))
+    )
 
 
 def request_pause(session: Session, run_id: str, *, actor: str) -> bool:
