@@ -34,6 +34,19 @@ def _alive(pid: int) -> bool:
     return True
 
 
+def children(pid: int) -> list[int]:
+    """The pids of the processes whose parent is ``pid`` (a worker's pool children), sorted."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(fields[1]) == pid:
+            found.append(int(stat.parent.name))
+    return sorted(found)
+
+
 @contextmanager
 def exclusive(what: str) -> Iterator[None]:
     """One bench at a time: they share Redis DBs 13 and 14 and the queues' names in them.

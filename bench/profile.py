@@ -22,7 +22,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from bench.processes import ROOT, exclusive
+from bench.processes import ROOT, children, exclusive
 
 OURS = re.compile(r"\((worker|models|statemachine|bench)/")
 
@@ -32,18 +32,6 @@ def _py_spy() -> str:
     if not Path(found).exists():
         raise SystemExit("py-spy not found: pip install py-spy")
     return found
-
-
-def _children(pid: int) -> list[int]:
-    found = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        if int(fields[1]) == pid:
-            found.append(int(stat.parent.name))
-    return sorted(found)
 
 
 def _record(pid: int, out: Path) -> subprocess.Popen[bytes]:
@@ -59,10 +47,10 @@ def _pool_child(caller: subprocess.Popen[bytes], timeout: float = 120) -> int:
     """The pool child of the ``celery worker`` the caller started."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline and caller.poll() is None:
-        for worker in _children(caller.pid):
-            children = _children(worker)
-            if children:
-                return children[0]
+        for worker in children(caller.pid):
+            pool = children(worker)
+            if pool:
+                return pool[0]
         time.sleep(0.02)
     raise RuntimeError("the worker's pool child did not appear")
 

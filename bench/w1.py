@@ -72,7 +72,8 @@ class Poller:
         self.conn.close()
 
 
-def _contract(interrupt: Any) -> dict[str, Any]:
+def contract(interrupt: Any) -> dict[str, Any]:
+    """The approving resume contract for ``interrupt`` (an ``InterruptView``), as ACTOR."""
     from models.db import utcnow
 
     return {
@@ -105,7 +106,7 @@ def _workload(runs: int, credential: str, poller: Poller) -> dict[str, float]:
     poller.wait_for("waiting", runs)
     phases["waiting"] = time.perf_counter() - start
     for interrupt in list_interrupts(status="pending", kind="approval", limit=runs):
-        result = submit_resume(_contract(interrupt), credential)
+        result = submit_resume(contract(interrupt), credential)
         if not result.accepted:
             raise RuntimeError(f"resume refused: {result.outcome.value} ({result.reason})")
     phases["resumed"] = time.perf_counter() - start
@@ -114,7 +115,7 @@ def _workload(runs: int, credential: str, poller: Poller) -> dict[str, float]:
     return phases
 
 
-def _configure(url: str, counts_dir: str | None) -> None:
+def configure(url: str, counts_dir: str | None) -> None:
     """This process is the caller: point interlude at the run's database before first use."""
     env = bench_env(url, **({"BENCH_COUNTS_DIR": counts_dir} if counts_dir else {}))
     os.environ.update(env)
@@ -133,7 +134,7 @@ def run(runs: int, *, count: bool = False) -> dict[str, Any]:
     counts_dir = tempfile.mkdtemp(prefix="bench-counts-") if count else None
     with pg.scratch_database("interlude_w1") as name:
         url = pg.sqlalchemy_url(name)
-        _configure(url, counts_dir)
+        configure(url, counts_dir)
         from models.db import dispose_engines
         from models.migrate import upgrade
         from worker import add_actor
