@@ -165,7 +165,7 @@ class Dialect:
     def execute(self, session: Session, write: Write) -> Any:
         """One write on its own, its statement built once for its shape."""
         # (A prefix all the same: a parameter named as its column is reserved in VALUES/SET.)
-        statement = self.shapes.get(write.shape, lambda: write.build("s_"))
+        statement = self.shapes.get(("one", write.shape), lambda: write.build("s_"))
         return session.execute(statement, write.bound("s_"))
 
 

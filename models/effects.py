@@ -62,11 +62,13 @@ def record_intent(
     key: str,
     request_hash: str,
     exists: bool,
+    renew: Write | None = None,
 ) -> bool:
     """``intent`` for ``key``, fenced on ``epoch``, in one statement.
 
     A new key is inserted unless taken: False then (taken by this run, by another run, or the
-    fence failed; ``key_owner`` tells which). A known key of this run is set back to
+    fence failed; ``key_owner`` tells which); ``renew`` (the owner's lease renewal) rides
+    along with it, in the same round trip. A known key of this run is set back to
     ``intent``; a stale owner gets FencedError.
     """
     now = utcnow()
@@ -102,12 +104,12 @@ def record_intent(
     }
     strategy = dialect(session)
 
-    def build() -> Any:
-        row = select(*(param(EFFECTS, k, f"new_{k}") for k in INTENT_COLUMNS))
+    def build(prefix: str) -> Any:
+        row = select(*(param(EFFECTS, k, f"{prefix}new_{k}") for k in INTENT_COLUMNS))
         fence = strategy.lock_shared(
             select(RUNS.c.id).where(
-                RUNS.c.id == bindparam("new_run_id"),
-                RUNS.c.lease_epoch == bindparam("new_epoch"),
+                RUNS.c.id == bindparam(f"{prefix}new_run_id"),
+                RUNS.c.lease_epoch == bindparam(f"{prefix}new_epoch"),
                 RUNS.c.state == RunState.RUNNING,
             )
         )
@@ -117,9 +119,9 @@ def record_intent(
             .returning(EFFECTS.c.id)
         )
 
-    statement = strategy.shapes.get(("intent",), build)
-    inserted = session.execute(statement, {f"new_{k}": v for k, v in values.items()}).first()
-    return inserted is not None
+    intent = Write(("intent",), build, {f"new_{k}": v for k, v in values.items()})
+    written = strategy.execute_with(session, intent, [renew] if renew is not None else [])
+    return written.first() is not None
 
 
 INTENT_COLUMNS = (

@@ -469,20 +469,29 @@ def assert_owner(session: Session, run_id: str, epoch: int) -> None:
 def renew_lease(session: Session, run_id: str, *, epoch: int, expires_at: datetime) -> bool:
     """Extend the lease held at ``epoch``; False if another owner took the run meanwhile."""
     params = {"renewed_run": run_id, "held_epoch": epoch, "renewed_until": expires_at}
-    result = session.execute(dialect(session).shapes.get(("renew",), _renew_statement), params)
+    statement = dialect(session).shapes.get(("renew_lease",), _renew_statement)
+    result = session.execute(statement, params)
     return bool(result.rowcount == 1)  # type: ignore[attr-defined]
 
 
-def _renew_statement() -> Any:
+def _renew_statement(prefix: str = "") -> Any:
     return (
         update(RUNS)
         .where(
-            RUNS.c.id == bindparam("renewed_run"),
-            RUNS.c.lease_epoch == bindparam("held_epoch"),
+            RUNS.c.id == bindparam(prefix + "renewed_run"),
+            RUNS.c.lease_epoch == bindparam(prefix + "held_epoch"),
             RUNS.c.state == RunState.RUNNING,
         )
-        .values(lease_expires_at=bindparam("renewed_until", type_=RUNS.c.lease_expires_at.type))
+        .values(
+            lease_expires_at=bindparam(prefix + "renewed_until", type_=RUNS.c.lease_expires_at.type)
+        )
     )
+
+
+def lease_renewal(run_id: str, *, epoch: int, expires_at: datetime) -> Write:
+    """The lease renewal of ``renew_lease``, to go with another write of the same owner."""
+    params = {"renewed_run": run_id, "held_epoch": epoch, "renewed_until": expires_at}
+    return Write(("renew",), _renew_statement, params)
 
 
 def request_pause(session: Session, run_id: str, *, actor: str) -> bool:

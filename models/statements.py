@@ -44,7 +44,11 @@ class Write:
 
 
 class Shapes:
-    """Statements by shape, built on first use (thread-safe; a race builds one twice)."""
+    """Statements by shape, built on first use (thread-safe; a race builds one twice).
+
+    A shape names one statement form in the whole store: two builders under one shape would
+    share the first one's statement (and its parameter names).
+    """
 
     def __init__(self) -> None:
         self._built: dict[Hashable, Any] = {}

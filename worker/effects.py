@@ -23,6 +23,7 @@ from models.db import transaction
 from models.effects import LedgerEntry, Outcome
 from models.enums import Decision, EffectStatus, EventKind, InterruptKind
 from models.errors import EffectError, FencedError, LeaseMarginError
+from models.statements import Write
 from worker import fencing
 from worker.declarations import Suspend, declare
 from worker.flows import Flow
@@ -239,11 +240,17 @@ def _record_intent(
     """Commit the intent (with any outcome still pending) and renew the lease; None if a new
     key was taken."""
     with transaction() as session:
-        lease = fencing.renew_for_call(session, ctx)
-        if ctx.pending_outcomes:
-            store.record_outcomes(
-                session, run_id=ctx.run_id, epoch=ctx.epoch, outcomes=ctx.pending_outcomes
-            )
+        renewal: Write | None = None
+        if exists or ctx.pending_outcomes:
+            lease = fencing.renew_for_call(session, ctx)
+            if ctx.pending_outcomes:
+                store.record_outcomes(
+                    session, run_id=ctx.run_id, epoch=ctx.epoch, outcomes=ctx.pending_outcomes
+                )
+        else:
+            # The common case, one statement: the renewal rides with the intent, which is
+            # written only while the lease is ours (a stale owner is told by _key_taken).
+            lease, renewal = fencing.renewal_for_call(ctx)
         written = store.record_intent(
             session,
             run_id=ctx.run_id,
@@ -253,6 +260,7 @@ def _record_intent(
             key=key,
             request_hash=request_hash,
             exists=exists,
+            renew=renewal,
         )
     ctx.pending_outcomes.clear()
     if not written:

@@ -26,6 +26,7 @@ from models.db import transaction, utcnow
 from models.effects import LedgerEntry
 from models.errors import FencedError, LeaseMarginError
 from models.settings import get_settings
+from models.statements import Write
 
 if TYPE_CHECKING:
     from worker.effects import EffectScope
@@ -60,6 +61,15 @@ def renew_for_call(session: Session, ctx: EffectScope) -> Lease:
     if not runs.renew_lease(session, ctx.run_id, epoch=ctx.epoch, expires_at=expires_at):
         raise FencedError(run_id=ctx.run_id, epoch=ctx.epoch)
     return Lease(started + ctx.lease_seconds, margin_for(ctx.lease_seconds))
+
+
+def renewal_for_call(ctx: EffectScope) -> tuple[Lease, Write]:
+    """The renewal of ``renew_for_call`` as a write to go with the intent (one round trip);
+    the intent is written only while the lease is the caller's, so it stands for the check."""
+    started, now = time.monotonic(), utcnow()
+    expires_at = now + timedelta(seconds=ctx.lease_seconds)
+    renewal = runs.lease_renewal(ctx.run_id, epoch=ctx.epoch, expires_at=expires_at)
+    return Lease(started + ctx.lease_seconds, margin_for(ctx.lease_seconds)), renewal
 
 
 def check_margin(ctx: EffectScope, name: str, lease: Lease) -> None:
