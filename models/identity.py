@@ -10,8 +10,9 @@ from __future__ import annotations
 import re
 import unicodedata
 
-MAX_ACTOR_ID = 200
-ACTOR_ID = re.compile(r"^[a-z0-9_.@:\-]{1,200}$")
+# Records name an actor as ``kind:id`` (``service:`` is the longest kind) in columns of 200.
+MAX_ACTOR_ID = 190
+ACTOR_ID = re.compile(rf"^[a-z0-9_.@:\-]{{1,{MAX_ACTOR_ID}}}$")
 # interlude records its own decisions under these; no actor may look like them.
 RESERVED_PREFIXES = ("system:", "worker:")
 

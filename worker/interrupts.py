@@ -90,6 +90,19 @@ def list_resume_attempts(
         return [ResumeAttemptView.model_validate(row, from_attributes=True) for row in rows]
 
 
+# A run's timeline shows its newest attempts and every accepted one; the listing pages all.
+RECENT_ATTEMPTS = 50
+
+
+def attempts_in_view(run_id: str, recent: int = RECENT_ATTEMPTS) -> list[ResumeAttemptView]:
+    """The run's newest ``recent`` resume attempts and every accepted one, newest first:
+    however many refusals were recorded, the accepted attempt is never crowded out."""
+    newest = list_resume_attempts(run_id=run_id, limit=recent)
+    accepted = list_resume_attempts(run_id=run_id, outcome=ResumeOutcome.ACCEPTED)
+    merged = {attempt.id: attempt for attempt in [*newest, *accepted]}
+    return sorted(merged.values(), key=lambda attempt: attempt.id, reverse=True)
+
+
 def count_resume_attempts(
     run_id: str | None = None, interrupt_id: str | None = None
 ) -> dict[str, int]:

@@ -141,9 +141,11 @@ def test_broker_stopped_mid_way_through_100_runs(
     tmp_path: Path,
 ) -> None:
     env = {"INTERLUDE_BROKER_URL": private_broker.url(), **RECOVERY_ENV}
+    # Enqueued before the workers start: a worker that keeps up with the enqueueing process
+    # would have finished every run before the outage could come mid-way.
+    run_ids = _enqueue(dict(os.environ, **env), RUNS)
     start_worker("-c", "2", **env)
     start_worker("-s", str(tmp_path / "beat-schedule"), kind="beat", **env)
-    run_ids = _enqueue(dict(os.environ, **env), RUNS)
     engine = create_engine(db)
     try:
         # When the broker disappears for a few seconds while the runs are part-way through
@@ -169,11 +171,11 @@ def test_postgresql_restarted_mid_way_through_100_runs(
             INTERLUDE_BROKER_URL=private_broker.url(),
             **RECOVERY_ENV,
         )
+        run_ids = _enqueue(env, RUNS)  # before the workers start, as above
         workers.append(WorkerProcess(env, logs_dir, "-c", "2").start())
         workers.append(
             WorkerProcess(env, logs_dir, "-s", str(tmp_path / "beat-schedule"), kind="beat").start()
         )
-        run_ids = _enqueue(env, RUNS)
         engine = create_engine(server.url, pool_pre_ping=True)
         try:
             # When PostgreSQL goes down for a few seconds while the runs are part-way through

@@ -6,6 +6,7 @@ recorded exactly as ``submit_resume`` records it.
 
 from __future__ import annotations
 
+import json
 import re
 import uuid
 from dataclasses import dataclass
@@ -22,7 +23,7 @@ from tests.flows.interrupts import scratch_redis
 from tests.resumes import wait_finished, wait_pending
 from tests.services import WorkerProcess
 from tests.webserver import WebServer
-from worker import add_actor, enqueue_run, get_run, list_resume_attempts
+from worker import add_actor, enqueue_run, get_run, list_resume_attempts, submit_resume
 
 
 @dataclass
@@ -131,6 +132,22 @@ def test_reads_need_an_authenticated_actor(api: Api) -> None:
         assert api.get(path, "bob").status_code == 200
     assert api.get("/v1/runs/nope", "alice").status_code == 404
     assert api.get("/v1/interrupts/nope", "alice").status_code == 404
+
+
+def test_a_run_shows_its_accepted_attempt_however_many_refusals_follow(api: Api) -> None:
+    # Given a run accepted over HTTP, then more than a thousand junk attempts naming it
+    run_id = enqueue_run("approval", {"env": "prod"})
+    interrupt = wait_pending(run_id)
+    template = api.get(f"/v1/interrupts/{interrupt.id}", "alice").json()["template"]
+    accepted = api.resume({**template, "input": {"comment": "ok"}}, "alice").json()
+    assert accepted["outcome"] == "accepted"
+    for n in range(1005):
+        assert submit_resume({"run_id": run_id, "junk": n}, "ilc_wrong").outcome == "malformed"
+    # When anyone authenticated reads the run
+    detail = api.get(f"/v1/runs/{run_id}", "bob").json()
+    # Then the accepted attempt is still in its timeline, and every attempt is counted
+    assert f"(attempt {accepted['attempt_id']})" in json.dumps(detail["timeline"])
+    assert detail["attempt_counts"] == {"accepted": 1, "malformed": 1005}
 
 
 def test_a_template_submitted_over_http_is_accepted_once(api: Api) -> None:

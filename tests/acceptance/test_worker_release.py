@@ -64,6 +64,11 @@ def _inspect(node: str, what: str) -> Any:
     return replies[node]
 
 
+def _answers(node: str) -> Any:
+    replies = app.control.inspect(destination=[node], timeout=INSPECT_TIMEOUT / 2).ping()
+    return (replies or {}).get(node)
+
+
 def _queued_messages(broker: str) -> dict[str, int]:
     """Messages sitting in the broker: the run queues (every priority list) and kombu's unacked.
 
@@ -88,7 +93,9 @@ def test_fifty_waiting_runs_hold_no_worker_slot(
     # Given one worker process with a single pool slot, answering the remote control API
     worker = start_worker("-c", "1", INTERLUDE_BROKER_URL=broker_url)
     node = _node(worker)
-    assert _inspect(node, "ping") == {"ok": "pong"}
+    # A worker that said "ready." may take a moment more to answer its first broadcast when
+    # the machine is busy: ask until it does.
+    assert wait_for(lambda: _answers(node), timeout=60) == {"ok": "pong"}
     pool = _inspect(node, "stats")["pool"]
     assert pool["max-concurrency"] == 1
     (slot_pid,) = pool["processes"]

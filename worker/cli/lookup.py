@@ -8,9 +8,6 @@ if TYPE_CHECKING:
     from models.contracts import ResumeAttemptView
     from worker.cli.timeline import Entry
 
-# A run's timeline shows its newest attempts and every accepted one; ``runs attempts`` all.
-RECENT_ATTEMPTS = 50
-
 
 def resolve_run(given: str) -> str:
     """The whole id of the one run ``given`` is the id or a unique prefix (6+) of."""
@@ -26,16 +23,11 @@ def resolve_interrupt(given: str) -> str:
     return resolve_interrupt_id(given)
 
 
-def shown_attempts(run_id: str, recent: int = RECENT_ATTEMPTS) -> list[ResumeAttemptView]:
-    """The run's newest ``recent`` resume attempts and every accepted one, newest first:
-    however many refusals were recorded, the accepted attempt is never crowded out."""
-    from models.enums import ResumeOutcome
-    from worker import list_resume_attempts
+def shown_attempts(run_id: str) -> list[ResumeAttemptView]:
+    """The run's attempts a timeline shows (``worker.interrupts.attempts_in_view``)."""
+    from worker.interrupts import attempts_in_view
 
-    newest = list_resume_attempts(run_id=run_id, limit=recent)
-    accepted = list_resume_attempts(run_id=run_id, outcome=ResumeOutcome.ACCEPTED)
-    merged = {attempt.id: attempt for attempt in [*newest, *accepted]}
-    return sorted(merged.values(), key=lambda attempt: attempt.id, reverse=True)
+    return attempts_in_view(run_id)
 
 
 def entries_of(run_id: str) -> list[Entry]:

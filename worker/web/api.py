@@ -28,7 +28,12 @@ from models.errors import InvalidInputError
 from models.inbox_queries import MAX_PAGE, answerable_interrupts
 from worker.cli.timeline import Entry, timeline
 from worker.gateway import submit_resume
-from worker.interrupts import get_interrupt, list_interrupts, list_resume_attempts
+from worker.interrupts import (
+    attempts_in_view,
+    count_resume_attempts,
+    get_interrupt,
+    list_interrupts,
+)
 from worker.runs import get_run, list_checkpoints, list_effects, list_events
 from worker.web.auth import ACTOR_HEADER, authenticated, client_of
 from worker.web.binding import contract_for
@@ -55,7 +60,9 @@ class InterruptDetail(BaseModel):
 
 class RunDetail(BaseModel):
     run: RunView
+    # The newest attempts and every accepted one (all of them: GET attempts of the CLI).
     timeline: list[Entry]
+    attempt_counts: dict[str, int]
 
 
 def throttled_response(throttled: Throttled) -> JSONResponse:
@@ -137,9 +144,9 @@ def run_detail(run_id: str, actor: Caller) -> RunDetail:
         list_events(run.id),
         list_effects(run.id),
         list_interrupts(run_id=run.id),
-        list_resume_attempts(run_id=run.id),
+        attempts_in_view(run.id),
     )
-    return RunDetail(run=run, timeline=entries)
+    return RunDetail(run=run, timeline=entries, attempt_counts=count_resume_attempts(run.id))
 
 
 _RESPONSES: dict[int | str, dict[str, Any]] = {
