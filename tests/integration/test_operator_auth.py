@@ -138,7 +138,7 @@ def test_an_operator_of_the_flow_acts_and_is_recorded_as_kind_and_id(tasks: Task
         ("Worker:celery@host", "human", "reserved for interlude"),
         ("carol", "system", "the actor type must be one of human, service"),
         ("", "human", "needs the acting actor's id"),
-        ("x" * 195, "service", "at most 200 characters"),
+        ("x" * 191, "service", "1 to 190"),
     ],
 )
 def test_nobody_acts_as_interlude_or_as_no_one(
