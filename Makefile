@@ -22,7 +22,7 @@ lint: $(BIN)/.installed
 	$(BIN)/mypy
 
 # The suite in parallel processes: most acceptance tests wait on real workers, not the CPU.
-TEST_PROCESSES ?= 3
+TEST_PROCESSES ?= 4
 test: lint
 	$(BIN)/python -m pytest -n $(TEST_PROCESSES) --dist loadgroup
 
