@@ -28,6 +28,10 @@ from tests.services import ROOT, WorkerProcess, wait_for
 
 RUNS = 100
 OUTAGE_SECONDS = 3.0
+# Each step waits this long, so that the runs take longer than enqueueing them (about 15 s on
+# a worker with two slots): the outage then comes while most are still to run, even when
+# the worker is fast (the runs are enqueued while it is already consuming).
+STEP_SECONDS = 0.1
 # Short leases and a quick reaper, so that recovery is a matter of seconds.
 RECOVERY_ENV = {
     "INTERLUDE_LEASE_SECONDS": "5",
@@ -57,11 +61,12 @@ def _enqueue(env: dict[str, str], count: int) -> list[str]:
     code = (
         "import json, sys\n"
         "from worker import enqueue_run\n"
-        "ids = [enqueue_run('effect_steady', {'sleep': 0.03}) for _ in range(int(sys.argv[1]))]\n"
+        "n, sleep = int(sys.argv[1]), float(sys.argv[2])\n"
+        "ids = [enqueue_run('effect_steady', {'sleep': sleep}) for _ in range(n)]\n"
         "print(json.dumps(ids))\n"
     )
     done = subprocess.run(
-        [sys.executable, "-c", code, str(count)],
+        [sys.executable, "-c", code, str(count), str(STEP_SECONDS)],
         cwd=ROOT,
         env=env,
         capture_output=True,
@@ -141,11 +146,9 @@ def test_broker_stopped_mid_way_through_100_runs(
     tmp_path: Path,
 ) -> None:
     env = {"INTERLUDE_BROKER_URL": private_broker.url(), **RECOVERY_ENV}
-    # Enqueued before the workers start: a worker that keeps up with the enqueueing process
-    # would have finished every run before the outage could come mid-way.
-    run_ids = _enqueue(dict(os.environ, **env), RUNS)
     start_worker("-c", "2", **env)
     start_worker("-s", str(tmp_path / "beat-schedule"), kind="beat", **env)
+    run_ids = _enqueue(dict(os.environ, **env), RUNS)
     engine = create_engine(db)
     try:
         # When the broker disappears for a few seconds while the runs are part-way through
@@ -171,11 +174,11 @@ def test_postgresql_restarted_mid_way_through_100_runs(
             INTERLUDE_BROKER_URL=private_broker.url(),
             **RECOVERY_ENV,
         )
-        run_ids = _enqueue(env, RUNS)  # before the workers start, as above
         workers.append(WorkerProcess(env, logs_dir, "-c", "2").start())
         workers.append(
             WorkerProcess(env, logs_dir, "-s", str(tmp_path / "beat-schedule"), kind="beat").start()
         )
+        run_ids = _enqueue(env, RUNS)
         engine = create_engine(server.url, pool_pre_ping=True)
         try:
             # When PostgreSQL goes down for a few seconds while the runs are part-way through
