@@ -190,6 +190,9 @@ class PrivateRabbit:
             # plugins (the management plugin would want the shared node's HTTP port).
             "RABBITMQ_CONFIG_FILE": str(d / "rabbitmq.conf"),
             "RABBITMQ_ENABLED_PLUGINS_FILE": str(d / "enabled_plugins"),
+            # No busy-waiting Erlang schedulers: on two shared cores they took CPU from the
+            # workers under test, and the node delivered a couple of messages a second.
+            "RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS": "+sbwt none +sbwtdcpu none +sbwtdio none",
         }
 
     def _ctl(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[bytes]:
