@@ -169,16 +169,16 @@ def publishing_to(url: str) -> Iterator[None]:
     from worker import app
 
     previous = app.conf.broker_url
-    _forget_connections()
+    forget_connections()
     app.conf.broker_url = url
     try:
         yield
     finally:
-        _forget_connections()
+        forget_connections()
         app.conf.broker_url = previous
 
 
-def _forget_connections() -> None:
+def forget_connections() -> None:
     # The app keeps a connection pool and a producer pool built for the URL it had then;
     # Celery drops both the same way after a fork. They are not closed: kombu keeps them in a
     # registry per broker, and hands the same ones back when the app returns to that broker.

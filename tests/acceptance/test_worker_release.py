@@ -14,7 +14,7 @@ from models.tables import Event, Run
 from tests.acceptance.brokers import queued_messages
 from tests.conftest import OWN_BROKER_DB
 from tests.resumes import contract_for, wait_finished, wait_pending
-from tests.services import WorkerProcess, redis_client, wait_for
+from tests.services import WorkerProcess, forget_connections, redis_client, wait_for
 from worker import add_actor, app, enqueue_run, list_interrupts, submit_resume
 from worker.app import QUEUE_RESUMES, QUEUE_STEPS
 
@@ -65,7 +65,13 @@ def _inspect(node: str, what: str) -> Any:
 
 
 def _answers(node: str) -> Any:
-    replies = app.control.inspect(destination=[node], timeout=INSPECT_TIMEOUT / 2).ping()
+    try:
+        replies = app.control.inspect(destination=[node], timeout=INSPECT_TIMEOUT / 2).ping()
+    except OSError:
+        # A pooled connection to a broker node that restarted since (the outage tests restart
+        # the session's RabbitMQ node): drop it, and the next try connects again.
+        forget_connections()
+        return None
     return (replies or {}).get(node)
 
 
