@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from models.contracts import ResumeAttemptView
     from worker.cli.timeline import Entry
 
 
@@ -23,17 +22,11 @@ def resolve_interrupt(given: str) -> str:
     return resolve_interrupt_id(given)
 
 
-def shown_attempts(run_id: str) -> list[ResumeAttemptView]:
-    """The run's attempts a timeline shows (``worker.interrupts.attempts_in_view``)."""
-    from worker.interrupts import attempts_in_view
-
-    return attempts_in_view(run_id)
-
-
 def entries_of(run_id: str) -> list[Entry]:
-    """The run's timeline, from all of its records (its attempts as ``shown_attempts``)."""
+    """The run's timeline, from all of its records (its attempts as ``attempts_in_view``)."""
     from worker import list_interrupts
     from worker.cli.timeline import timeline
+    from worker.interrupts import attempts_in_view
     from worker.runs import list_checkpoints, list_effects, list_events
 
     return timeline(
@@ -41,5 +34,5 @@ def entries_of(run_id: str) -> list[Entry]:
         list_events(run_id),
         list_effects(run_id),
         list_interrupts(run_id=run_id),
-        shown_attempts(run_id),
+        attempts_in_view(run_id),
     )

@@ -193,8 +193,8 @@ def _list(args: argparse.Namespace, out: Output) -> int:
 
 def _show(args: argparse.Namespace, out: Output) -> int:
     from worker import count_resume_attempts, get_run, list_interrupts
-    from worker.cli.lookup import shown_attempts
     from worker.cli.timeline import timeline
+    from worker.interrupts import attempts_in_view
     from worker.runs import list_checkpoints, list_effects, list_events
     from worker.waiting import waiting_since
 
@@ -203,7 +203,7 @@ def _show(args: argparse.Namespace, out: Output) -> int:
     events = list_events(run.id)
     effects = list_effects(run.id)
     interrupts = list_interrupts(run_id=run.id)
-    attempts = shown_attempts(run.id)
+    attempts = attempts_in_view(run.id)
     counts = count_resume_attempts(run_id=run.id)
     entries = timeline(checkpoints, events, effects, interrupts, attempts)
     since = waiting_since([run.id]).get(run.id)
