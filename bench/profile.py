@@ -3,11 +3,12 @@
     .venv/bin/python -m bench.profile [--runs 200] [--top 20] [--out DIR]
 
 Runs ``bench.w1`` in a process of its own and attaches ``py-spy record --idle --threads`` to it
-(the caller) and to the worker's pool child as soon as each exists, for the whole run. Prints,
-for each process's main thread, the top frames by own time (waiting included: ``wait`` in
-psycopg is a database round trip, ``_recv`` in billiard a pool child waiting for its next
-task) and interlude's functions by inclusive time. The raw stacks stay in ``--out``, for a
-flame graph. Needs py-spy (``pip install py-spy``; not a dependency of interlude).
+(the caller), to the worker's main process and to its pool child as soon as each exists, for
+the whole run. Prints, for each process's main thread, the top frames by own time (waiting
+included: ``wait`` in psycopg is a database round trip, ``_recv`` in billiard a pool child
+waiting for its next task, ``poll`` in kombu the main process waiting on the broker) and
+interlude's functions by inclusive time. The raw stacks stay in ``--out``, for a flame graph.
+Needs py-spy (``pip install py-spy``; not a dependency of interlude).
 """
 
 from __future__ import annotations
@@ -43,14 +44,14 @@ def _record(pid: int, out: Path) -> subprocess.Popen[bytes]:
     )
 
 
-def _pool_child(caller: subprocess.Popen[bytes], timeout: float = 120) -> int:
-    """The pool child of the ``celery worker`` the caller started."""
+def _worker_and_child(caller: subprocess.Popen[bytes], timeout: float = 120) -> tuple[int, int]:
+    """The ``celery worker`` the caller started, and its pool child."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline and caller.poll() is None:
         for worker in children(caller.pid):
             pool = children(worker)
             if pool:
-                return pool[0]
+                return worker, pool[0]
         time.sleep(0.02)
     raise RuntimeError("the worker's pool child did not appear")
 
@@ -97,13 +98,17 @@ def main() -> None:
         stdout=subprocess.PIPE,
     )
     spies = [_record(caller.pid, out / "caller.txt")]
-    spies.append(_record(_pool_child(caller), out / "worker-child.txt"))
+    worker, child = _worker_and_child(caller)
+    spies.append(_record(child, out / "worker-child.txt"))
+    spies.append(_record(worker, out / "worker-main.txt"))
     result, _ = caller.communicate()
     for spy in spies:
         spy.wait(60)
     print(result.decode().strip())
     print(f"worker's pool child, its whole life (py-spy, wall clock, {out}/worker-child.txt):")
     print(summarize(out / "worker-child.txt", args.top))
+    print(f"worker's main process (py-spy, wall clock, {out}/worker-main.txt):")
+    print(summarize(out / "worker-main.txt", args.top))
     print(f"caller, during the workload only (py-spy, wall clock, {out}/caller.txt):")
     print(summarize(out / "caller.txt", args.top, within="_workload (bench/w1.py)"))
 

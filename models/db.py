@@ -7,14 +7,14 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from sqlalchemy import Engine
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session, sessionmaker
 
-from models.dialects import Dialect, dialect_for
+from models.dialects import AUTOCOMMIT_WRITES, Dialect, dialect_for
 from models.settings import get_settings
 
 DEFAULT_POOL_SIZE = 5
@@ -73,14 +73,28 @@ def _session_factory() -> tuple[sessionmaker[Session], Dialect]:
 
 
 @contextmanager
-def transaction(*, readonly: bool = False) -> Iterator[Session]:
-    """One transaction: commit on success, roll back on any exception."""
+def transaction(*, readonly: bool = False, autocommit: bool = False) -> Iterator[Session]:
+    """One transaction: commit on success, roll back on any exception.
+
+    ``autocommit``: the work is at most one write (reads before it or after a failed one
+    are fine), so each statement may commit on its own: on PostgreSQL that saves the
+    ``BEGIN`` and ``COMMIT`` round trips. A second write raises (it would not be atomic with
+    the first), and so do ORM objects left to flush. A read-only transaction on PostgreSQL is
+    autocommit too: under READ COMMITTED each statement sees its own snapshot anyway.
+    """
     factory, strategy = _session_factory()
     session = factory(info={"dialect": strategy})
-    if readonly:
-        session.connection(execution_options={"interlude_readonly": True})
+    options: dict[str, Any] = {"interlude_readonly": True} if readonly else {}
+    if autocommit or readonly:
+        options.update(strategy.autocommit_options)
+    if autocommit:
+        session.info[AUTOCOMMIT_WRITES] = 0
+    if options:
+        session.connection(execution_options=options)
     try:
         yield session
+        if autocommit and (session.new or session.dirty or session.deleted):
+            raise RuntimeError("ORM changes to flush in a transaction(autocommit=True)")
         session.commit()
     except BaseException:
         session.rollback()

@@ -29,6 +29,7 @@ from sqlalchemy import (
     func,
     insert,
     select,
+    true,
 )
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.dialects.postgresql import JSONB
@@ -36,16 +37,18 @@ from sqlalchemy.engine import URL, CursorResult, make_url
 from sqlalchemy.engine import Dialect as SQLDialect
 from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.orm import Session
-from sqlalchemy.sql import Insert, Select
+from sqlalchemy.sql import FromClause, Insert, Select
 from sqlalchemy.sql.dml import UpdateBase
 
-from models.statements import Shapes, Write, param, row_values
+from models.statements import Shapes, Write, insert_row, param
 
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 # A pooled PostgreSQL connection unused for this long is pinged before it is handed out (a
 # server restart or an idle timeout may have closed it meanwhile). One in steady use is not:
 # a ping on every checkout is a round trip and a server transaction per transaction of ours.
 IDLE_PING_SECONDS = 1.0
+# In ``session.info`` of an autocommit transaction: how many writes it executed (at most one).
+AUTOCOMMIT_WRITES = "interlude_autocommit_writes"
 
 # Column types, the same tables on both: JSONB on PostgreSQL, JSON text on SQLite...
 Json = JSON().with_variant(JSONB(), "postgresql")
@@ -80,6 +83,9 @@ class Dialect:
     """The PostgreSQL strategy; SQLite overrides what it does differently."""
 
     name = "postgresql"
+    # A connection's options for ``transaction(autocommit=True)`` and read-only transactions:
+    # each statement commits on its own, saving the BEGIN and COMMIT round trips.
+    autocommit_options: dict[str, Any] = {"isolation_level": "AUTOCOMMIT"}
 
     def __init__(self) -> None:
         self.shapes = Shapes()
@@ -125,7 +131,7 @@ class Dialect:
             return []
         keys, commons = tuple(rows[0]), tuple(common)
 
-        def build(prefix: str) -> UpdateBase:
+        def build(prefix: str, guard: FromClause | None) -> UpdateBase:
             columns: list[Any] = [column("i", Integer)]
             for k in keys:
                 columns.append(column(k, JSONB() if isinstance(table.c[k].type, JSON) else Text()))
@@ -136,6 +142,8 @@ class Dialect:
             )
             fixed = [param(table, k, prefix + k) for k in commons]
             query = select(*fixed, *(given.c[k] for k in keys)).order_by(given.c.i)
+            if guard is not None:  # (one row or none: the guard is a compare-and-set of one)
+                query = query.select_from(given.join(guard, true()))
             return insert(table).from_select([*commons, *keys], query)
 
         numbered = [{"i": i, **row} for i, row in enumerate(rows)]
@@ -145,17 +153,26 @@ class Dialect:
     def execute_with(self, session: Session, statement: Write, writes: Sequence[Write]) -> Any:
         """``statement`` together with ``writes`` (inserts and updates of other tables).
 
-        One round trip: the writes ride along as data-modifying CTEs. They see the snapshot
-        of ``statement``, not its effects, and all of it rolls back with the transaction if
-        the caller finds that ``statement`` changed nothing (a lost compare-and-set).
+        One statement, the writes riding along as data-modifying CTEs (they see the snapshot
+        of ``statement``, not its effects). When ``statement`` returns rows (a compare-and-set
+        ``UPDATE ... RETURNING``), the writes are guarded on them: if it matched nothing,
+        nothing at all is written, so the statement may be its own transaction. Its rows are
+        what the result returns.
         """
+        _count_write(session)
         shape = ("with", statement.shape, tuple(w.shape for w in writes))
 
-        def compose() -> UpdateBase:
-            main = statement.build("m_")
-            if writes:
-                main = main.add_cte(*(w.build(f"w{i}_").cte(f"w{i}") for i, w in enumerate(writes)))
-            return main
+        def compose() -> Any:
+            main = statement.build("m_", None)
+            if not writes:
+                return main
+            if not len(main.exported_columns):  # nothing to guard on (a plain INSERT)
+                return main.add_cte(
+                    *(w.build(f"w{i}_", None).cte(f"w{i}") for i, w in enumerate(writes))
+                )
+            moved = main.cte("m")
+            guarded = [w.build(f"w{i}_", moved).cte(f"w{i}") for i, w in enumerate(writes)]
+            return select(*moved.c).add_cte(*guarded)
 
         params = statement.bound("m_")
         for i, write in enumerate(writes):
@@ -164,13 +181,31 @@ class Dialect:
 
     def execute(self, session: Session, write: Write) -> Any:
         """One write on its own, its statement built once for its shape."""
+        _count_write(session)
+        return self._execute_one(session, write)
+
+    def _execute_one(self, session: Session, write: Write) -> Any:
         # (A prefix all the same: a parameter named as its column is reserved in VALUES/SET.)
-        statement = self.shapes.get(("one", write.shape), lambda: write.build("s_"))
+        statement = self.shapes.get(("one", write.shape), lambda: write.build("s_", None))
         return session.execute(statement, write.bound("s_"))
+
+
+def _count_write(session: Session) -> None:
+    """An autocommit session may write once: a second write would not be atomic with it."""
+    written = session.info.get(AUTOCOMMIT_WRITES)
+    if written is None:
+        return
+    if written:
+        raise RuntimeError("a second write in a transaction(autocommit=True): use a transaction")
+    session.info[AUTOCOMMIT_WRITES] = 1
 
 
 class SQLiteDialect(Dialect):
     name = "sqlite"
+
+    # In-process, a transaction costs no round trip: an autocommit transaction is a plain one
+    # (a write still holds the write lock from BEGIN IMMEDIATE).
+    autocommit_options: dict[str, Any] = {}
 
     def create(self, url: URL, pool_size: int) -> Engine:
         if url.database and url.database != ":memory:":
@@ -200,25 +235,26 @@ class SQLiteDialect(Dialect):
             return []
         columns = (*common, *rows[0])
 
-        def build(prefix: str) -> UpdateBase:
-            return insert(table).values(row_values(table, columns, prefix))
+        def build(prefix: str, guard: FromClause | None) -> UpdateBase:
+            return insert_row(insert(table), table, columns, prefix, guard)
 
         return [Write(("row", table.name, columns), build, {**common, **row}) for row in rows]
 
     # SQLite has no data-modifying CTEs; it is in-process, so a round trip costs little.
     def execute_with(self, session: Session, statement: Write, writes: Sequence[Write]) -> Any:
         # The statement first (the writes may refer to the row it inserts), and the writes
-        # only if it changed something.
-        result = self.execute(session, statement)
+        # only if it changed something: what the guard does on PostgreSQL.
+        _count_write(session)  # (one write as far as atomicity goes: it is one transaction)
+        result = self._execute_one(session, statement)
         if isinstance(result, CursorResult) and result.returns_rows:
             kept = result.freeze()
             if kept.data:
                 for write in writes:
-                    self.execute(session, write)
+                    self._execute_one(session, write)
             return kept()
         if result.rowcount:
             for write in writes:
-                self.execute(session, write)
+                self._execute_one(session, write)
         return result
 
 

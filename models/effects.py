@@ -13,13 +13,14 @@ from typing import Any
 from sqlalchemy import Table, bindparam, select, update
 from sqlalchemy import exists as sql_exists
 from sqlalchemy.orm import Session
+from sqlalchemy.sql import FromClause
 from sqlalchemy.sql.dml import UpdateBase
 
 from models.db import dialect, utcnow
 from models.enums import EffectStatus, RunState
 from models.errors import FencedError
 from models.runs import RUNS, assert_owner
-from models.statements import Write, param, row_values
+from models.statements import Write, only_if, param, row_values
 from models.tables import Effect
 
 EFFECTS: Table = Effect.__table__  # type: ignore[assignment]
@@ -104,7 +105,7 @@ def record_intent(
     }
     strategy = dialect(session)
 
-    def build(prefix: str) -> Any:
+    def build(prefix: str, guard: FromClause | None) -> Any:
         row = select(*(param(EFFECTS, k, f"{prefix}new_{k}") for k in INTENT_COLUMNS))
         fence = strategy.lock_shared(
             select(RUNS.c.id).where(
@@ -113,9 +114,12 @@ def record_intent(
                 RUNS.c.state == RunState.RUNNING,
             )
         )
+        row = row.where(sql_exists(fence))
+        if guard is not None:
+            row = row.select_from(guard)
         return (
             strategy.insert_unless_present(EFFECTS, "idempotency_key")
-            .from_select(list(INTENT_COLUMNS), row.where(sql_exists(fence)))
+            .from_select(list(INTENT_COLUMNS), row)
             .returning(EFFECTS.c.id)
         )
 
@@ -165,9 +169,9 @@ def record_outcomes(
 OUTCOME_COLUMNS = ("status", "receipt", "error", "epoch", "updated_at")
 
 
-def _build_outcome(prefix: str) -> UpdateBase:
+def _build_outcome(prefix: str, guard: FromClause | None) -> UpdateBase:
     return (
-        update(EFFECTS)
+        only_if(update(EFFECTS), guard)
         .where(
             EFFECTS.c.idempotency_key == bindparam(prefix + "key"),
             EFFECTS.c.run_id == bindparam(prefix + "run_id"),

@@ -14,13 +14,14 @@ from typing import Any
 from sqlalchemy import Table, bindparam, func, insert, select, update
 from sqlalchemy.orm import Session
 from sqlalchemy.orm.attributes import set_committed_value
+from sqlalchemy.sql import FromClause
 from sqlalchemy.sql.dml import UpdateBase
 
 from models.contracts import InterruptDecl
 from models.db import dialect, utcnow
 from models.enums import EventKind, InterruptStatus
 from models.runs import new_id
-from models.statements import Write, row_values
+from models.statements import Write, insert_row, row_values
 from models.tables import Interrupt, ResumeAttempt, Run
 from statemachine import interrupt_destination, interrupt_sources
 
@@ -67,8 +68,8 @@ def new_interrupt(
     return interrupt, Write(("interrupt",), _build_insert, row)
 
 
-def _build_insert(prefix: str) -> UpdateBase:
-    return insert(INTERRUPTS).values(row_values(INTERRUPTS, INTERRUPT_COLUMNS, prefix))
+def _build_insert(prefix: str, guard: FromClause | None) -> UpdateBase:
+    return insert_row(insert(INTERRUPTS), INTERRUPTS, INTERRUPT_COLUMNS, prefix, guard)
 
 
 def interrupt_event(interrupt_id: str, decl: InterruptDecl) -> tuple[EventKind, Any]:

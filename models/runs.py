@@ -18,6 +18,7 @@ from typing import Any, NoReturn
 from sqlalchemy import Table, bindparam, exists, func, insert, or_, select, update
 from sqlalchemy.orm import Session
 from sqlalchemy.orm.attributes import set_committed_value
+from sqlalchemy.sql import FromClause
 from sqlalchemy.sql.dml import UpdateBase
 
 from models.db import dialect, utcnow
@@ -28,7 +29,7 @@ from models.errors import (
     RunNotFoundError,
     StaleStateError,
 )
-from models.statements import Write, row_values
+from models.statements import Write, insert_row, only_if, row_values
 from models.tables import Checkpoint, Effect, Event, Interrupt, Run
 from statemachine import CLAIMABLE, TERMINAL_STATES, TransitionNotAllowed, destination
 
@@ -210,8 +211,8 @@ def insert_run(
     )
     columns = tuple(values)
 
-    def build(prefix: str) -> UpdateBase:
-        return insert(RUNS).values(row_values(RUNS, columns, prefix))
+    def build(prefix: str, guard: FromClause | None) -> UpdateBase:
+        return insert_row(insert(RUNS), RUNS, columns, prefix, guard)
 
     dialect(session).execute_with(
         session,
@@ -379,7 +380,7 @@ def _move_write(run: Run, values: dict[str, Any], fence_epoch: int | None) -> Wr
     """The compare-and-set UPDATE of a transition, as a statement of its shape."""
     columns, fenced = tuple(sorted(values)), fence_epoch is not None
 
-    def build(prefix: str) -> UpdateBase:
+    def build(prefix: str, guard: FromClause | None) -> UpdateBase:
         stmt = update(RUNS).where(
             RUNS.c.id == bindparam(prefix + "run_id"),
             RUNS.c.state_version == bindparam(prefix + "seen_version"),
@@ -387,7 +388,7 @@ def _move_write(run: Run, values: dict[str, Any], fence_epoch: int | None) -> Wr
         if fenced:
             stmt = stmt.where(RUNS.c.lease_epoch == bindparam(prefix + "fence_epoch"))
         set_to = row_values(RUNS, columns, prefix + "set_")
-        return stmt.values(set_to).returning(RUNS.c.pause_requested_by)
+        return only_if(stmt, guard).values(set_to).returning(RUNS.c.pause_requested_by)
 
     params = {f"set_{k}": v for k, v in values.items()}
     params.update(run_id=run.id, seen_version=run.state_version, fence_epoch=fence_epoch)
@@ -474,9 +475,9 @@ def renew_lease(session: Session, run_id: str, *, epoch: int, expires_at: dateti
     return bool(result.rowcount == 1)  # type: ignore[attr-defined]
 
 
-def _renew_statement(prefix: str = "") -> Any:
+def _renew_statement(prefix: str = "", guard: FromClause | None = None) -> Any:
     return (
-        update(RUNS)
+        only_if(update(RUNS), guard)
         .where(
             RUNS.c.id == bindparam(prefix + "renewed_run"),
             RUNS.c.lease_epoch == bindparam(prefix + "held_epoch"),
@@ -551,9 +552,9 @@ def checkpoint_insert(session: Session, checkpoint: Checkpoint) -> Write:
     """
     strategy = dialect(session)
 
-    def build(prefix: str) -> UpdateBase:
+    def build(prefix: str, guard: FromClause | None) -> UpdateBase:
         statement = strategy.insert_unless_present(CHECKPOINTS, "run_id", "seq")
-        return statement.values(row_values(CHECKPOINTS, CHECKPOINT_COLUMNS, prefix))
+        return insert_row(statement, CHECKPOINTS, CHECKPOINT_COLUMNS, prefix, guard)
 
     values = {column: getattr(checkpoint, column) for column in CHECKPOINT_COLUMNS}
     return Write(("checkpoint",), build, values)

@@ -239,7 +239,8 @@ def _record_intent(
 ) -> fencing.Lease | None:
     """Commit the intent (with any outcome still pending) and renew the lease; None if a new
     key was taken."""
-    with transaction() as session:
+    # One write in the common case (a new key, no outcome pending): its own transaction.
+    with transaction(autocommit=not (exists or ctx.pending_outcomes)) as session:
         renewal: Write | None = None
         if exists or ctx.pending_outcomes:
             lease = fencing.renew_for_call(session, ctx)

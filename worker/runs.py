@@ -83,7 +83,7 @@ def enqueue_run(
         if existing is not None:
             return existing
     try:
-        with transaction() as session:
+        with transaction(autocommit=True) as session:
             run = store.insert_run(
                 session,
                 flow_name=flow.name,

@@ -383,7 +383,7 @@ def _commit_suspend(claimed: Claimed, ctx: StepContext, decl: InterruptDecl, own
         state_version=run.state_version + 1,
     )
     try:
-        with transaction() as session:
+        with transaction(autocommit=True) as session:
             store.move(
                 session,
                 run,
@@ -450,7 +450,7 @@ def _commit_advance(
             not_before=None,
         )
     try:
-        with transaction() as session:
+        with transaction(autocommit=True) as session:
             store.move_through(
                 session,
                 run,
@@ -488,7 +488,7 @@ def _commit_failure(claimed: Claimed, ctx: StepContext, exc: Exception, owner: s
     )
     backoff = min(step.backoff * 2 ** (attempts - 1), MAX_BACKOFF_SECONDS)
     try:
-        with transaction() as session:
+        with transaction(autocommit=True) as session:
             if retry:
                 now = utcnow()
                 store.move(
