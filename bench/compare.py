@@ -6,7 +6,9 @@ Three workloads, each system in a fresh PostgreSQL database on the same server:
 
 - **W1**, the approval path (``bench.w1``): start N runs, each stops on one approval; resume
   each; a final step makes one effect. interlude: one ``celery worker -c 1`` and a caller
-  process; LangGraph (``durability="sync"`` and ``"exit"``) and DBOS in one process each.
+  process; LangGraph (``durability="sync"`` and ``"exit"``) and DBOS in one process each; and
+  Celery alone doing W1's two tasks per run with no work at all (``bench.w1_floor``), the
+  ceiling of any system that runs each step as a Celery task.
 - **three-step** runs, one after another (``bench.throughput``; a bare Celery chain, not
   durable, as the floor).
 - **W4**, steps waiting on I/O (``bench.w4``): one ``-P threads -c 50`` worker, interlude only.
@@ -40,6 +42,7 @@ LG_SYNC = 'LangGraph + PostgresSaver, durability="sync"'
 LG_EXIT = 'LangGraph + PostgresSaver, durability="exit"'
 DBOS = "DBOS"
 BARE = "bare Celery chain (not durable)"
+FLOOR = "Celery alone: W1's two tasks per run, doing nothing (the broker's floor)"
 WORKLOADS = ("w1", "three", "w4")
 
 
@@ -69,6 +72,8 @@ def w1_systems(python: str, runs: int, *, count: bool = False) -> dict[str, Call
             python, "rival_langgraph_w1.py", runs, "exit", setup=True, count=count
         ),
         DBOS: lambda: rivals.run(python, "rival_dbos_w1.py", runs, setup=True, count=count),
+        # (no database: nothing to count)
+        **({} if count else {FLOOR: lambda: _ours("bench.w1_floor", "--runs", str(runs))}),
     }
 
 

@@ -76,7 +76,7 @@ class LeaseKeeper:
     def _renew(self, held: _Held, now: datetime) -> None:
         expires_at = now + timedelta(seconds=held.seconds)
         try:
-            with transaction() as session:
+            with transaction(autocommit=True) as session:  # one compare-and-set
                 renewed = runs.renew_lease(
                     session, held.run_id, epoch=held.epoch, expires_at=expires_at
                 )

@@ -1,0 +1,100 @@
+"""W1's broker floor: what Celery alone costs for the two tasks of each W1 run, nothing durable.
+
+    .venv/bin/python -m bench.w1_floor --runs 200 [--json]
+
+A W1 run is two Celery tasks in interlude: its first step (published by ``enqueue_run``), which
+stops on the approval, and the resume (published by ``submit_resume``), which runs the final
+step. This bench does the same two hops with tasks that do nothing but count (a Redis INCR),
+on a worker configured as interlude's is (JSON, late acks, prefetch 1, task events on, task-sent
+events on, ``-c 1`` prefork, ``-l info``) against the same Redis: the caller publishes N first
+tasks, waits until all ran, publishes N second tasks, waits until all ran. No database at all.
+
+Whatever interlude does per run comes on top of this, so W1 can be no faster than this rate;
+the rivals, in one process each, have no such hop.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from typing import Any
+
+import redis
+from celery import Celery
+
+from bench.processes import BROKER_URL, COUNTER_URL, exclusive, start_worker, stop_worker
+
+QUEUE = "floor"
+POLL_SECONDS = 0.005
+TIMEOUT_SECONDS = 300
+
+app = Celery("floor", broker=os.environ.get("BENCH_BROKER_URL", BROKER_URL))
+# As worker/app.py configures interlude's app, but for the queues and the result backend.
+app.conf.update(
+    task_serializer="json",
+    accept_content=["json"],
+    event_serializer="json",
+    task_acks_late=True,
+    task_reject_on_worker_lost=True,
+    worker_prefetch_multiplier=1,
+    worker_send_task_events=True,
+    task_send_sent_event=True,
+    task_ignore_result=True,
+    task_default_queue=QUEUE,
+)
+_counter = redis.Redis.from_url(os.environ.get("BENCH_COUNTER_URL", COUNTER_URL))
+
+
+@app.task(name="floor.step")  # type: ignore[untyped-decorator]
+def step(n: int, phase: str) -> None:
+    _counter.incr(f"floor:{phase}")
+
+
+def _wait_for(phase: str, runs: int) -> None:
+    deadline = time.monotonic() + TIMEOUT_SECONDS
+    while int(_counter.get(f"floor:{phase}") or 0) < runs:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"W1 floor: the {phase} tasks did not all run in time")
+        time.sleep(POLL_SECONDS)
+
+
+def run(runs: int) -> dict[str, Any]:
+    redis.Redis.from_url(BROKER_URL).flushdb()
+    _counter.delete("floor:first", "floor:second")
+    env = {**os.environ, "BENCH_BROKER_URL": BROKER_URL, "BENCH_COUNTER_URL": COUNTER_URL}
+    worker = start_worker("bench.w1_floor", env, QUEUE, ["-c", "1"])
+    try:
+        start = time.perf_counter()
+        for i in range(runs):
+            step.delay(i, "first")
+        _wait_for("first", runs)
+        for i in range(runs):
+            step.delay(i, "second")
+        _wait_for("second", runs)
+        seconds = time.perf_counter() - start
+    finally:
+        stop_worker(worker)
+    return {"runs": runs, "seconds": seconds, "rate": runs / seconds}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--runs", type=int, default=200)
+    parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    args = parser.parse_args()
+    result = run(args.runs)
+    if args.json:
+        print(json.dumps(result))
+    else:
+        print(f"W1 floor: {runs_line(result)}")
+
+
+def runs_line(result: dict[str, Any]) -> str:
+    return f"{result['runs']} runs in {result['seconds']:.2f} s = {result['rate']:.1f} runs/s"
+
+
+if __name__ == "__main__":
+    with exclusive("bench.w1_floor"):
+        main()
