@@ -86,6 +86,8 @@ class Dialect:
     # A connection's options for ``transaction(autocommit=True)`` and read-only transactions:
     # each statement commits on its own, saving the BEGIN and COMMIT round trips.
     autocommit_options: dict[str, Any] = {"isolation_level": "AUTOCOMMIT"}
+    # Whether a claim can be one data-modifying statement (``models.runs.claim_at_once``).
+    claims_in_one_statement = True
 
     def __init__(self) -> None:
         self.shapes = Shapes()
@@ -159,7 +161,7 @@ class Dialect:
         nothing at all is written, so the statement may be its own transaction. Its rows are
         what the result returns.
         """
-        _count_write(session)
+        count_write(session)
         shape = ("with", statement.shape, tuple(w.shape for w in writes))
 
         def compose() -> Any:
@@ -181,7 +183,7 @@ class Dialect:
 
     def execute(self, session: Session, write: Write) -> Any:
         """One write on its own, its statement built once for its shape."""
-        _count_write(session)
+        count_write(session)
         return self._execute_one(session, write)
 
     def _execute_one(self, session: Session, write: Write) -> Any:
@@ -190,7 +192,7 @@ class Dialect:
         return session.execute(statement, write.bound("s_"))
 
 
-def _count_write(session: Session) -> None:
+def count_write(session: Session) -> None:
     """An autocommit session may write once: a second write would not be atomic with it."""
     written = session.info.get(AUTOCOMMIT_WRITES)
     if written is None:
@@ -206,6 +208,8 @@ class SQLiteDialect(Dialect):
     # In-process, a transaction costs no round trip: an autocommit transaction is a plain one
     # (a write still holds the write lock from BEGIN IMMEDIATE).
     autocommit_options: dict[str, Any] = {}
+    # (No data-modifying CTEs; in-process, the claim's read and write cost no round trip.)
+    claims_in_one_statement = False
 
     def create(self, url: URL, pool_size: int) -> Engine:
         if url.database and url.database != ":memory:":
@@ -244,7 +248,7 @@ class SQLiteDialect(Dialect):
     def execute_with(self, session: Session, statement: Write, writes: Sequence[Write]) -> Any:
         # The statement first (the writes may refer to the row it inserts), and the writes
         # only if it changed something: what the guard does on PostgreSQL.
-        _count_write(session)  # (one write as far as atomicity goes: it is one transaction)
+        count_write(session)  # (one write as far as atomicity goes: it is one transaction)
         result = self._execute_one(session, statement)
         if isinstance(result, CursorResult) and result.returns_rows:
             kept = result.freeze()

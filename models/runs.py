@@ -15,13 +15,33 @@ from datetime import datetime, timedelta
 from itertools import pairwise
 from typing import Any, NoReturn
 
-from sqlalchemy import Table, bindparam, exists, func, insert, or_, select, update
+from sqlalchemy import (
+    Boolean,
+    Float,
+    Integer,
+    Table,
+    Text,
+    and_,
+    bindparam,
+    column,
+    exists,
+    func,
+    insert,
+    literal,
+    null,
+    or_,
+    select,
+    union_all,
+    update,
+)
+from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import Session
 from sqlalchemy.orm.attributes import set_committed_value
 from sqlalchemy.sql import FromClause
 from sqlalchemy.sql.dml import UpdateBase
 
 from models.db import dialect, utcnow
+from models.dialects import count_write
 from models.enums import EffectStatus, EventKind, InterruptStatus, RunState
 from models.errors import (
     FencedError,
@@ -36,6 +56,8 @@ from statemachine import CLAIMABLE, TERMINAL_STATES, TransitionNotAllowed, desti
 RUNS: Table = Run.__table__  # type: ignore[assignment]
 EVENTS: Table = Event.__table__  # type: ignore[assignment]
 CHECKPOINTS: Table = Checkpoint.__table__  # type: ignore[assignment]
+INTERRUPTS: Table = Interrupt.__table__  # type: ignore[assignment]
+EFFECTS: Table = Effect.__table__  # type: ignore[assignment]
 # Written by ``move`` alone, from the lifecycle: a caller's fields may not override them.
 CHECKPOINT_COLUMNS = tuple(column.key for column in CHECKPOINTS.columns)
 LIFECYCLE_FIELDS = frozenset({"state", "state_version", "updated_at"})
@@ -287,6 +309,198 @@ def _claimable_query() -> Any:
         )
         .outerjoin(Interrupt, answered & (Interrupt.status == InterruptStatus.RESOLVED.value))
         .where(Run.id == bindparam("claimed_run"))
+    )
+
+
+@dataclass
+class ClaimedRun(Claimable):
+    """A run claimed by this worker, as ``claim_at_once`` found it; ``resuming``: it was
+    claimed from ``resuming`` (an accepted resume continues it)."""
+
+    resuming: bool
+
+
+@dataclass(frozen=True)
+class ClaimableStep:
+    """A step this process can claim in one statement: a run of ``flow`` pinned to
+    ``version`` (no migration), about to run ``step``, gets a lease of ``lease_seconds``.
+
+    ``revalidates``: the flow checks answers again in the worker when the gateway could not
+    (a resuming run of it is claimed the long way, which reads its last acceptance).
+    """
+
+    flow: str
+    version: int
+    step: str
+    lease_seconds: float
+    revalidates: bool
+
+
+def claim_at_once(
+    session: Session, run_id: str, *, owner: str, steps: Sequence[ClaimableStep]
+) -> ClaimedRun | None:
+    """Claim the run in one statement if it is due and at one of ``steps``; else None.
+
+    The common claim, as one data-modifying statement that is its own transaction (PostgreSQL;
+    see ``Dialect.claims_in_one_statement``): the compare-and-set on the version just read, the
+    fresh lease and epoch, the ``claim`` event (and ``step_reexecuted`` when the step ran
+    before), and the run, its latest checkpoint, the answers given there and whether effects
+    are unsettled, returned. None writes nothing, and may mean only that the claim needs the
+    long way (``load_claimable``, then ``claim``): a migration, a refusal, a run not due yet
+    or not claimable at all.
+    """
+    now = utcnow()
+    params = {
+        "claim_run": run_id,
+        "claim_owner": owner,
+        "claim_actor": f"worker:{owner}",
+        "claim_now": now,
+        "claim_steps": [
+            {
+                "flow": s.flow,
+                "version": s.version,
+                "step": s.step,
+                "lease": s.lease_seconds,
+                "revalidates": s.revalidates,
+            }
+            for s in steps
+        ],
+    }
+    statement = dialect(session).shapes.get(("claim_at_once",), _claim_at_once_statement)
+    count_write(session)
+    rows = session.execute(statement, params).all()
+    return _claimed_from(rows) if rows else None
+
+
+def _claim_at_once_statement() -> Any:
+    now = bindparam("claim_now", type_=RUNS.c.updated_at.type)
+    run_id = bindparam("claim_run", type_=RUNS.c.id.type)
+    seen = (
+        select(RUNS.c.id, RUNS.c.state, RUNS.c.state_version).where(RUNS.c.id == run_id).cte("seen")
+    )
+    steps = (
+        func.jsonb_to_recordset(bindparam("claim_steps", type_=JSONB))
+        .table_valued(
+            column("flow", Text),
+            column("version", Integer),
+            column("step", Text),
+            column("lease", Float),
+            column("revalidates", Boolean),
+        )
+        .render_derived(name="claimable_steps", with_types=True)
+    )
+    claimed = (
+        update(RUNS)
+        .where(
+            RUNS.c.id == seen.c.id,
+            RUNS.c.state_version == seen.c.state_version,  # the compare-and-set
+            RUNS.c.state.in_(CLAIMABLE),
+            or_(RUNS.c.not_before.is_(None), RUNS.c.not_before <= now),
+            RUNS.c.flow_name == steps.c.flow,
+            RUNS.c.flow_version == steps.c.version,
+            RUNS.c.next_step == steps.c.step,
+            ~and_(RUNS.c.state == RunState.RESUMING.value, steps.c.revalidates),
+        )
+        .values(
+            state=RunState.RUNNING.value,
+            state_version=RUNS.c.state_version + 1,
+            lease_owner=bindparam("claim_owner"),
+            lease_epoch=RUNS.c.lease_epoch + 1,
+            lease_expires_at=now + func.make_interval(0, 0, 0, 0, 0, 0, steps.c.lease),
+            step_executions=RUNS.c.step_executions + 1,
+            not_before=None,
+            updated_at=now,
+        )
+        .returning(*RUNS.c, seen.c.state.label("claimed_from"))
+        .cte("claimed")
+    )
+    actor = bindparam("claim_actor", type_=Text)
+    claim_event = select(
+        literal(0).label("i"),
+        literal(EventKind.CLAIM.value).label("trigger"),
+        claimed.c.claimed_from.label("from_state"),
+        literal(RunState.RUNNING.value).label("to_state"),
+        func.jsonb_build_object("epoch", claimed.c.lease_epoch, "step", claimed.c.next_step).label(
+            "detail"
+        ),
+    )
+    again = select(
+        literal(1),
+        literal(EventKind.STEP_REEXECUTED.value),
+        null(),
+        null(),
+        func.jsonb_build_object(
+            "step", claimed.c.next_step, "executions", claimed.c.step_executions
+        ),
+    ).where(claimed.c.step_executions > 1)
+    given = union_all(claim_event, again).subquery("claim_events")
+    events = insert(EVENTS).from_select(
+        ["run_id", "at", "actor", "trigger", "from_state", "to_state", "detail"],
+        select(
+            run_id,
+            now,
+            actor,
+            given.c.trigger,
+            given.c.from_state,
+            given.c.to_state,
+            given.c.detail,
+        ).order_by(given.c.i),
+    )
+    answered = (
+        (INTERRUPTS.c.run_id == claimed.c.id)
+        & (INTERRUPTS.c.checkpoint_id == CHECKPOINTS.c.id)
+        & (INTERRUPTS.c.status == InterruptStatus.RESOLVED.value)
+    )
+    unsettled = exists(
+        select(EFFECTS.c.id).where(
+            EFFECTS.c.run_id == claimed.c.id, EFFECTS.c.status == EffectStatus.INTENT.value
+        )
+    )
+    return (
+        select(*claimed.c, *CHECKPOINTS.c, *INTERRUPTS.c, unsettled.label("unsettled"))
+        .select_from(
+            claimed.join(
+                CHECKPOINTS,
+                (CHECKPOINTS.c.run_id == claimed.c.id)
+                & (CHECKPOINTS.c.seq == claimed.c.checkpoint_seq),
+            ).outerjoin(INTERRUPTS, answered)
+        )
+        .add_cte(events.cte("claim_events_written"))
+    )
+
+
+# The claim's result columns: the run's, whence it was claimed, its checkpoint's, an answer's.
+_RUN_KEYS = tuple(RUNS.c.keys())
+_CHECKPOINT_KEYS = tuple(CHECKPOINTS.c.keys())
+_INTERRUPT_KEYS = tuple(INTERRUPTS.c.keys())
+
+
+def _claimed_from(rows: Sequence[Any]) -> ClaimedRun:
+    """The claim's rows (one per answer given at the checkpoint, at least one) as objects.
+
+    They are not attached to a session, as the long way's are not once its transaction ends:
+    what follows only reads them and writes by compare-and-set on their values.
+    """
+    first = tuple(rows[0])
+    at = len(_RUN_KEYS)
+    run = Run(**dict(zip(_RUN_KEYS, first[:at], strict=True)))
+    claimed_from = first[at]
+    at += 1
+    checkpoint = Checkpoint(
+        **dict(zip(_CHECKPOINT_KEYS, first[at : at + len(_CHECKPOINT_KEYS)], strict=True))
+    )
+    at += len(_CHECKPOINT_KEYS)
+    answered = [
+        Interrupt(**dict(zip(_INTERRUPT_KEYS, row[at : at + len(_INTERRUPT_KEYS)], strict=True)))
+        for row in map(tuple, rows)
+        if row[at] is not None
+    ]
+    return ClaimedRun(
+        run=run,
+        checkpoint=checkpoint,
+        answered=answered,
+        unsettled=bool(first[-1]),
+        resuming=claimed_from == RunState.RESUMING.value,
     )
 
 

@@ -184,6 +184,13 @@ def registered_versions() -> list[tuple[str, int]]:
         return sorted(_flows)
 
 
+def registered_flows() -> list[Flow]:
+    """Every flow version this process has, after loading ``INTERLUDE_FLOWS``, in order."""
+    load_flow_modules()
+    with _lock:
+        return [_flows[key] for key in sorted(_flows)]
+
+
 def _import_flows(module: str) -> None:
     try:
         importlib.import_module(module)

@@ -20,7 +20,7 @@ from models import effects as effect_store
 from models import interrupts as interrupt_store
 from models import runs as store
 from models.contracts import InterruptDecl, json_copy
-from models.db import once_more_if_disconnected, transaction, utcnow
+from models.db import dialect, once_more_if_disconnected, transaction, utcnow
 from models.effects import LedgerEntry, load_ledger
 from models.enums import EventKind, InterruptKind, RunState
 from models.errors import (
@@ -42,7 +42,7 @@ from models.tables import Checkpoint, Interrupt, Run
 from worker import dispatch, runlog, step_metrics
 from worker.context import ResolvedInterrupt, StepContext
 from worker.declarations import PAUSE_INTERRUPT, Suspend, declare
-from worker.flows import Flow, Migration, StepDef, continuation
+from worker.flows import Flow, Migration, StepDef, continuation, get_flow, registered_flows
 from worker.interrupts import notify
 from worker.lease import keeper
 from worker.migration import carry, deferred_revalidation
@@ -203,6 +203,9 @@ def _discard(run_id: str, exc: InterludeError) -> Ended:
 def _claim(run_id: str, owner: str) -> Claimed | None:
     def attempt() -> tuple[Claimed | None, list[tuple[Flow, Interrupt]]]:
         waiting: list[tuple[Flow, Interrupt]] = []
+        claimed = _claim_at_once(run_id, owner)
+        if claimed is not None:
+            return claimed, waiting
         return _claim_run(run_id, owner, waiting), waiting
 
     # (If the first try's commit landed after all, the second finds the run claimed: nothing
@@ -212,6 +215,50 @@ def _claim(run_id: str, owner: str) -> Claimed | None:
     for flow, interrupt in waiting:
         notify(flow, interrupt)
     return claimed
+
+
+def _claim_at_once(run_id: str, owner: str) -> Claimed | None:
+    """The common claim in one statement (PostgreSQL): a due run at a step of a flow version
+    this process has. None when it is not that simple: ``_claim_run`` then decides."""
+    with transaction(autocommit=True) as session:
+        if not dialect(session).claims_in_one_statement:
+            return None
+        found = store.claim_at_once(session, run_id, owner=owner, steps=_claimable_steps())
+        if found is None:
+            return None
+        # The ledger is read only when effects wait to be settled (as in ``_claim_run``).
+        ledger = load_ledger(session, run_id) if found.unsettled else None
+    run = found.run
+    # (The statement matched a registered version and step: both are here.)
+    flow = get_flow(run.flow_name, run.flow_version, run_id=run.id)
+    step = flow.get_step(run.next_step or "")
+    resolved = {row.name: _resolved(row) for row in found.answered}
+    return Claimed(run, flow, step, found.checkpoint, resolved, ledger, found.resuming)
+
+
+# The steps ``_claim_at_once`` may claim, for the flows registered (and lease setting) as of
+# the key; rebuilt when either changes.
+_claimable: tuple[tuple[Any, ...], list[store.ClaimableStep]] = ((), [])
+
+
+def _claimable_steps() -> list[store.ClaimableStep]:
+    global _claimable
+    flows = registered_flows()
+    key = (get_settings().lease_seconds, *(id(flow) for flow in flows))
+    if _claimable[0] != key:
+        steps = [
+            store.ClaimableStep(
+                flow=flow.name,
+                version=flow.version,
+                step=step.name,
+                lease_seconds=_lease(step),
+                revalidates=bool(flow.revalidators),
+            )
+            for flow in flows
+            for step in flow.steps.values()
+        ]
+        _claimable = (key, steps)
+    return _claimable[1]
 
 
 def _claim_run(run_id: str, owner: str, waiting: list[tuple[Flow, Interrupt]]) -> Claimed | None:

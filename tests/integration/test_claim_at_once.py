@@ -1,0 +1,156 @@
+"""The common claim is one statement on PostgreSQL; anything less common takes the long way.
+
+``models.runs.claim_at_once`` claims a due run at a step of a flow version the worker has: its
+compare-and-set, lease, epoch and events, and the run, checkpoint and answers it returns, in one
+data-modifying statement that is its own transaction. Whatever it does not match (a version to
+migrate, a run not due, a resuming run whose flow revalidates answers, a run already claimed)
+it leaves untouched, and the worker's long way (``load_claimable`` then ``claim``) decides.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from sqlalchemy import event, select, update
+
+from models import runs as store
+from models.db import dialect, get_engine, transaction, utcnow
+from models.enums import EventKind, RunState
+from models.tables import Event, Run
+from worker import enqueue_run
+from worker.testing import TaskRecorder
+
+FIRST = store.ClaimableStep(
+    flow="three_steps", version=1, step="first", lease_seconds=45.0, revalidates=False
+)
+
+
+@pytest.fixture()
+def pg(db: str, backend: str) -> str:
+    if backend != "postgresql":
+        pytest.skip("SQLite claims the long way: no data-modifying CTEs, and no round trips")
+    return db
+
+
+def _events(run_id: str) -> list[tuple[str, str | None, str | None, dict[str, object]]]:
+    with transaction(readonly=True) as session:
+        rows = session.execute(
+            select(Event.trigger, Event.from_state, Event.to_state, Event.detail)
+            .where(Event.run_id == run_id)
+            .order_by(Event.id)
+        ).all()
+    return [tuple(row) for row in rows]  # type: ignore[misc]
+
+
+def _claim(run_id: str, steps: list[store.ClaimableStep]) -> store.ClaimedRun | None:
+    with transaction(autocommit=True) as session:
+        return store.claim_at_once(session, run_id, owner="host:1", steps=steps)
+
+
+def test_a_due_run_is_claimed_in_one_statement(pg: str, tasks: TaskRecorder) -> None:
+    # Given a queued run of a flow version this process has
+    run_id = enqueue_run("three_steps", {"n": 1})
+    statements: list[str] = []
+
+    def seen(_conn: object, _cursor: object, sql: str, *_: object) -> None:
+        statements.append(sql.split(None, 1)[0].upper())
+
+    engine = get_engine(pg)
+    event.listen(engine, "before_cursor_execute", seen)
+    try:
+        # When it is claimed at once
+        before = utcnow()
+        claimed = _claim(run_id, [FIRST])
+    finally:
+        event.remove(engine, "before_cursor_execute", seen)
+    # Then one statement took it: running, a new epoch, the step's lease, its first execution
+    assert statements == ["WITH"]
+    assert claimed is not None and not claimed.resuming and not claimed.unsettled
+    run = claimed.run
+    assert (run.state, run.lease_owner, run.lease_epoch, run.step_executions) == (
+        RunState.RUNNING.value,
+        "host:1",
+        1,
+        1,
+    )
+    assert run.lease_expires_at is not None
+    assert before + timedelta(seconds=44) < run.lease_expires_at <= utcnow() + timedelta(seconds=45)
+    assert (claimed.checkpoint.seq, claimed.checkpoint.next_step) == (0, "first")
+    assert claimed.answered == []
+    # ...and the run's record says so, as the long way's claim would
+    with transaction(readonly=True) as session:
+        stored = store.load_run(session, run_id)
+    assert (stored.state, stored.state_version, stored.lease_epoch) == ("running", 1, 1)
+    assert _events(run_id)[-1] == ("claim", "queued", "running", {"epoch": 1, "step": "first"})
+
+
+def test_a_step_claimed_again_says_it_runs_again(pg: str, tasks: TaskRecorder) -> None:
+    # Given a run whose claim was lost (its lease expired and the reaper requeued it)
+    run_id = enqueue_run("three_steps", {"n": 1})
+    first = _claim(run_id, [FIRST])
+    assert first is not None
+    with transaction() as session:
+        store.move(session, first.run, EventKind.REQUEUE, actor="system:reaper", lease_owner=None)
+    # When it is claimed again
+    again = _claim(run_id, [FIRST])
+    # Then its second execution is counted, after the claim, as the long way writes it
+    assert again is not None and again.run.step_executions == 2 and again.run.lease_epoch == 2
+    assert _events(run_id)[-2:] == [
+        ("claim", "queued", "running", {"epoch": 2, "step": "first"}),
+        ("step_reexecuted", None, None, {"step": "first", "executions": 2}),
+    ]
+
+
+@pytest.mark.parametrize("why", ["other version", "other step", "not due", "claimed"])
+def test_what_is_not_simple_is_left_untouched(pg: str, tasks: TaskRecorder, why: str) -> None:
+    # Given a queued run that the steps given do not cover, or that is not due or not queued
+    run_id = enqueue_run("three_steps", {"n": 1})
+    steps = [FIRST]
+    if why == "other version":
+        steps = [store.ClaimableStep("three_steps", 2, "first", 30.0, False)]
+    elif why == "other step":
+        steps = [store.ClaimableStep("three_steps", 1, "second", 30.0, False)]
+    elif why == "not due":
+        with transaction() as session:
+            later = utcnow() + timedelta(minutes=5)
+            session.execute(update(Run).where(Run.id == run_id).values(not_before=later))
+    else:
+        assert _claim(run_id, steps) is not None
+    events = _events(run_id)
+    with transaction(readonly=True) as session:
+        version = store.load_run(session, run_id).state_version
+    # When the worker tries to claim it at once, Then nothing happens: the long way decides
+    assert _claim(run_id, steps) is None
+    assert _events(run_id) == events
+    with transaction(readonly=True) as session:
+        assert store.load_run(session, run_id).state_version == version
+
+
+def test_a_resuming_run_of_a_flow_that_revalidates_takes_the_long_way(
+    pg: str, tasks: TaskRecorder
+) -> None:
+    # Given a run that waits to be resumed (as an accepted resume leaves it)
+    run_id = enqueue_run("three_steps", {"n": 1})
+    with transaction() as session:
+        session.execute(update(Run).where(Run.id == run_id).values(state="resuming"))
+    # When its flow checks answers again in the worker, Then the statement leaves it alone...
+    revalidating = store.ClaimableStep("three_steps", 1, "first", 30.0, True)
+    assert _claim(run_id, [revalidating]) is None
+    # ...and when it does not, the run is claimed, from resuming
+    claimed = _claim(run_id, [FIRST])
+    assert claimed is not None and claimed.resuming
+
+
+def test_each_backend_claims_its_own_way_with_the_same_record(
+    db: str, backend: str, tasks: TaskRecorder
+) -> None:
+    # Given either backend, When a run's steps execute through the worker's code
+    run_id = enqueue_run("three_steps", {"n": 1})
+    tasks.drain()
+    # Then the run finished with one claim (its next steps were chained), either way
+    with transaction(readonly=True) as session:
+        assert dialect(session).claims_in_one_statement is (backend == "postgresql")
+        assert store.load_run(session, run_id).state == RunState.SUCCEEDED.value
+    claims = [e for e in _events(run_id) if e[0] == "claim"]
+    assert claims[0] == ("claim", "queued", "running", {"epoch": 1, "step": "first"})
