@@ -81,6 +81,8 @@ class Settings(BaseSettings):
     reap_interval: float = DEFAULT_REAP_INTERVAL
     effect_margin: float = DEFAULT_EFFECT_MARGIN
     effect_grace: float = DEFAULT_EFFECT_GRACE
+    # Celery task events (Flower's view of tasks): the worker's and the publishers' task-sent.
+    task_events: bool = True
 
     def flow_modules(self) -> list[str]:
         return [m.strip() for m in self.flows.split(",") if m.strip()]

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import pytest
+
+from models.errors import ConfigurationError
+from models.settings import Settings, get_settings, reset_settings
 from worker import app
-from worker.app import QUEUE_MAINTENANCE, QUEUE_RESUMES, QUEUE_STEPS
+from worker.app import QUEUE_MAINTENANCE, QUEUE_RESUMES, QUEUE_STEPS, create_app
 
 
 def test_json_only_late_acks_prefetch_one_and_events() -> None:
@@ -16,6 +20,23 @@ def test_json_only_late_acks_prefetch_one_and_events() -> None:
     assert conf.worker_prefetch_multiplier == 1
     assert conf.worker_send_task_events is True
     assert conf.task_send_sent_event is True
+
+
+def test_task_events_can_be_turned_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given INTERLUDE_TASK_EVENTS=false, When the app is configured, Then neither the worker
+    # nor a publisher sends task events
+    monkeypatch.setenv("INTERLUDE_TASK_EVENTS", "false")
+    other = create_app(Settings())
+    app.set_current()  # (creating an app makes it the current one)
+    conf = other.conf
+    assert conf.worker_send_task_events is False
+    assert conf.task_send_sent_event is False
+    # ...and a value that is not a boolean is refused in one line naming the variable
+    monkeypatch.setenv("INTERLUDE_TASK_EVENTS", "sometimes")
+    reset_settings()
+    with pytest.raises(ConfigurationError, match="INTERLUDE_TASK_EVENTS='sometimes'"):
+        get_settings()
+    reset_settings()
 
 
 def test_each_task_has_a_stable_name_and_its_own_queue() -> None:
