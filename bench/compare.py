@@ -56,7 +56,11 @@ def _ours(module: str, *args: str) -> dict[str, Any]:
         timeout=rivals.TIMEOUT_SECONDS,
     )
     if done.returncode != 0:
-        raise RuntimeError(f"{module} {' '.join(args)} failed:\n{done.stderr[-3000:]}")
+        # Warnings before the traceback say what went wrong first (a publish that failed, say).
+        warned = [line for line in done.stderr.splitlines() if "WARNING" in line or "ERROR" in line]
+        raise RuntimeError(
+            f"{module} {' '.join(args)} failed:\n" + "\n".join(warned[:20]) + done.stderr[-3000:]
+        )
     result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
     return result
 

@@ -65,11 +65,20 @@ class Poller:
                 return
             bad = {s: n for s, n in found.items() if s in {"failed", "cancelled", "expired"}}
             if bad or time.monotonic() > deadline:
-                raise RuntimeError(f"W1 waiting for {runs} {state}: runs by state {found}")
+                raise RuntimeError(
+                    f"W1 waiting for {runs} {state}: runs by state {found}; {broker_queues()}"
+                )
             time.sleep(POLL_SECONDS)
 
     def close(self) -> None:
         self.conn.close()
+
+
+def broker_queues() -> str:
+    """Where the tasks are in the broker (when runs do not move): queued, and taken unacked."""
+    broker = redis.Redis.from_url(BROKER_URL)
+    queued = {q: broker.llen(q) for q in INTERLUDE_QUEUES.split(",")}
+    return f"in the broker: queued {queued}, unacknowledged {broker.hlen('unacked')}"
 
 
 def contract(interrupt: Any) -> dict[str, Any]:
