@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import tempfile
 import time
@@ -248,6 +249,8 @@ def describe_costs(counts: dict[str, Any]) -> str:
 
 
 def main() -> None:
+    # The caller's own warnings (a publish that failed) on stderr, with their level.
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--runs", type=int, default=200)
     parser.add_argument("--count", action="store_true", help="the counting run (not timed)")
