@@ -274,7 +274,10 @@ def one(ctx: StepContext) -> str:
 @steady.step()
 def two(ctx: StepContext) -> str:
     time.sleep(float(ctx.input.get("sleep", 0)))
-    ctx.state["receipt"] = ctx.effect("charge", apply, ctx.run_id, 1)
+    # An outage can come between the call and its record (PostgreSQL restarted while the
+    # worker writes "applied"): the outside world then tells whether the charge landed, and
+    # the run goes on instead of waiting for an operator's repair.
+    ctx.state["receipt"] = ctx.effect("charge", apply, ctx.run_id, 1, reconcile=check_outside)
     ctx.state["trail"].append("two")
     return "three"
 
