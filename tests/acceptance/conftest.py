@@ -23,13 +23,15 @@ UNTHROTTLED = {
 }
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     # Every test of this directory, including ones added later, is out of the quick loop.
     for item in items:
         if HERE in item.path.parents:
             item.add_marker(pytest.mark.slow)
         # In parallel runs (make test), the RabbitMQ variants go to one process, which starts
-        # the session's RabbitMQ node once rather than once per process.
+        # the session's RabbitMQ node once rather than once per process. tryfirst: xdist
+        # reads the group marks in a hook of its own, and ignores marks added after it.
         params = getattr(item, "callspec", None)
         if params is not None and "rabbitmq" in params.params.values():
             item.add_marker(pytest.mark.xdist_group("rabbitmq"))
