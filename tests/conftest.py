@@ -37,6 +37,8 @@ from models.settings import reset_settings  # noqa: E402
 from worker.testing import TaskRecorder, recording  # noqa: E402
 
 BACKENDS = ["sqlite", "postgresql"]
+# The longest tests first (tests/durations.json), and ``--record-durations``.
+pytest_plugins = ["tests.ordering"]
 
 
 @pytest.fixture(scope="session", params=BACKENDS)
