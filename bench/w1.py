@@ -42,7 +42,7 @@ from bench.processes import (
 
 ACTOR = "bench-approver"
 POLL_SECONDS = 0.02
-TIMEOUT_SECONDS = 600
+TIMEOUT_SECONDS = 180  # a phase that takes longer has stalled (see broker_queues)
 
 
 class Poller:
