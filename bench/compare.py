@@ -8,7 +8,8 @@ Three workloads, each system in a fresh PostgreSQL database on the same server:
   each; a final step makes one effect. interlude: one ``celery worker -c 1`` and a caller
   process; LangGraph (``durability="sync"`` and ``"exit"``) and DBOS in one process each; and
   Celery alone doing W1's two tasks per run with no work at all (``bench.w1_floor``), the
-  ceiling of any system that runs each step as a Celery task.
+  ceiling of any system that runs each step as a Celery task; and interlude's own work, the
+  same W1 in one process through the test seam with no broker (``bench.w1_in_process``).
 - **three-step** runs, one after another (``bench.throughput``; a bare Celery chain, not
   durable, as the floor).
 - **W4**, steps waiting on I/O (``bench.w4``): one ``-P threads -c 50`` worker, interlude only.
@@ -43,6 +44,7 @@ LG_EXIT = 'LangGraph + PostgresSaver, durability="exit"'
 DBOS = "DBOS"
 BARE = "bare Celery chain (not durable)"
 FLOOR = "Celery alone: W1's two tasks per run, doing nothing (the broker's floor)"
+IN_PROCESS = "interlude in one process, no broker (the test seam; not how it runs)"
 WORKLOADS = ("w1", "three", "w4")
 
 
@@ -77,7 +79,14 @@ def w1_systems(python: str, runs: int, *, count: bool = False) -> dict[str, Call
         ),
         DBOS: lambda: rivals.run(python, "rival_dbos_w1.py", runs, setup=True, count=count),
         # (no database: nothing to count)
-        **({} if count else {FLOOR: lambda: _ours("bench.w1_floor", "--runs", str(runs))}),
+        **(
+            {}
+            if count
+            else {
+                FLOOR: lambda: _ours("bench.w1_floor", "--runs", str(runs)),
+                IN_PROCESS: lambda: _ours("bench.w1_in_process", "--runs", str(runs)),
+            }
+        ),
     }
 
 
