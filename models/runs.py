@@ -375,9 +375,7 @@ def claim_at_once(
 def _claim_at_once_statement() -> Any:
     now = bindparam("claim_now", type_=RUNS.c.updated_at.type)
     run_id = bindparam("claim_run", type_=RUNS.c.id.type)
-    seen = (
-        select(RUNS.c.id, RUNS.c.state, RUNS.c.state_version).where(RUNS.c.id == run_id).cte("seen")
-    )
+    seen = select(RUNS.c.id, RUNS.c.state, RUNS.c.state_version).where(RUNS.c.id == run_id).cte("o")
     steps = (
         func.jsonb_to_recordset(bindparam("claim_steps", type_=JSONB))
         .table_valued(
@@ -387,7 +385,7 @@ def _claim_at_once_statement() -> Any:
             column("lease", Float),
             column("revalidates", Boolean),
         )
-        .render_derived(name="claimable_steps", with_types=True)
+        .render_derived(name="s", with_types=True)
     )
     claimed = (
         update(RUNS)
@@ -412,7 +410,7 @@ def _claim_at_once_statement() -> Any:
             updated_at=now,
         )
         .returning(*RUNS.c, seen.c.state.label("claimed_from"))
-        .cte("claimed")
+        .cte("c")
     )
     actor = bindparam("claim_actor", type_=Text)
     claim_event = select(
@@ -433,7 +431,7 @@ def _claim_at_once_statement() -> Any:
             "step", claimed.c.next_step, "executions", claimed.c.step_executions
         ),
     ).where(claimed.c.step_executions > 1)
-    given = union_all(claim_event, again).subquery("claim_events")
+    given = union_all(claim_event, again).subquery("e")
     events = insert(EVENTS).from_select(
         ["run_id", "at", "actor", "trigger", "from_state", "to_state", "detail"],
         select(
@@ -457,7 +455,12 @@ def _claim_at_once_statement() -> Any:
         )
     )
     return (
-        select(*claimed.c, *CHECKPOINTS.c, *INTERRUPTS.c, unsettled.label("unsettled"))
+        select(
+            *claimed.c,
+            *CHECKPOINTS.c,
+            *(INTERRUPTS.c[key] for key in _INTERRUPT_KEYS),
+            unsettled.label("unsettled"),
+        )
         .select_from(
             claimed.join(
                 CHECKPOINTS,
@@ -465,21 +468,32 @@ def _claim_at_once_statement() -> Any:
                 & (CHECKPOINTS.c.seq == claimed.c.checkpoint_seq),
             ).outerjoin(INTERRUPTS, answered)
         )
-        .add_cte(events.cte("claim_events_written"))
+        .add_cte(events.cte("w"))
     )
 
 
-# The claim's result columns: the run's, whence it was claimed, its checkpoint's, an answer's.
+# The claim's result columns: the run's, whence it was claimed, its checkpoint's, and of each
+# answer what the step is told (``worker.context.ResolvedInterrupt``). (Kept short: psycopg
+# parses a statement longer than 4096 characters again at every execution.)
 _RUN_KEYS = tuple(RUNS.c.keys())
 _CHECKPOINT_KEYS = tuple(CHECKPOINTS.c.keys())
-_INTERRUPT_KEYS = tuple(INTERRUPTS.c.keys())
+_INTERRUPT_KEYS = (
+    "id",
+    "name",
+    "schema_name",
+    "schema_version",
+    "decision",
+    "resume_input",
+    "resolved_by",
+)
 
 
 def _claimed_from(rows: Sequence[Any]) -> ClaimedRun:
     """The claim's rows (one per answer given at the checkpoint, at least one) as objects.
 
     They are not attached to a session, as the long way's are not once its transaction ends:
-    what follows only reads them and writes by compare-and-set on their values.
+    what follows only reads them and writes by compare-and-set on their values. The answers
+    carry only the fields a step is told of them (``_INTERRUPT_KEYS``).
     """
     first = tuple(rows[0])
     at = len(_RUN_KEYS)
