@@ -38,8 +38,10 @@ def test_a_worker_serves_only_its_own_step_metrics(
     start_worker("-c", "1", INTERLUDE_METRICS_PORT=str(port))
     run_id = enqueue_run("three_steps", {})
     wait_for(lambda: get_run(run_id).state == "succeeded", timeout=60)
-    # When Prometheus scrapes the worker
-    samples = wait_for(lambda: _try_scrape(port), timeout=30)
+    # When Prometheus scrapes the worker, once it counted the last step (the pool child counts
+    # a step after its commit, which the run's state already shows)
+    last = "interlude_steps_total{flow=three_steps,outcome=completed,step=third}"
+    samples = wait_for(lambda: _scraped_with(port, last), timeout=30)
     # Then it counts the steps its pool executed, with their durations
     steps = {k: v for k, v in samples.items() if k.startswith("interlude_steps_total{")}
     assert steps == {
@@ -52,6 +54,11 @@ def test_a_worker_serves_only_its_own_step_metrics(
     # that adding up the workers counts nothing twice
     global_names = ("interlude_stats_up", "interlude_waiting_runs", "interlude_runs{")
     assert not [name for name in samples if name.startswith(global_names)]
+
+
+def _scraped_with(port: int, name: str) -> dict[str, float] | None:
+    samples = _try_scrape(port)
+    return samples if samples is not None and name in samples else None
 
 
 def _try_scrape(port: int) -> dict[str, float] | None:
