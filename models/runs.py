@@ -336,8 +336,26 @@ class ClaimableStep:
     revalidates: bool
 
 
+class ClaimableSteps:
+    """The steps ``claim_at_once`` may claim, with the statement's parameter for them made
+    once (a worker builds this when its flows change, not at every claim)."""
+
+    def __init__(self, steps: Sequence[ClaimableStep]) -> None:
+        self.steps = tuple(steps)
+        self.param = [
+            {
+                "flow": s.flow,
+                "version": s.version,
+                "step": s.step,
+                "lease": s.lease_seconds,
+                "revalidates": s.revalidates,
+            }
+            for s in self.steps
+        ]
+
+
 def claim_at_once(
-    session: Session, run_id: str, *, owner: str, steps: Sequence[ClaimableStep]
+    session: Session, run_id: str, *, owner: str, steps: ClaimableSteps
 ) -> ClaimedRun | None:
     """Claim the run in one statement if it is due and at one of ``steps``; else None.
 
@@ -355,16 +373,7 @@ def claim_at_once(
         "claim_owner": owner,
         "claim_actor": f"worker:{owner}",
         "claim_now": now,
-        "claim_steps": [
-            {
-                "flow": s.flow,
-                "version": s.version,
-                "step": s.step,
-                "lease": s.lease_seconds,
-                "revalidates": s.revalidates,
-            }
-            for s in steps
-        ],
+        "claim_steps": steps.param,
     }
     statement = dialect(session).shapes.get(("claim_at_once",), _claim_at_once_statement)
     count_write(session)

@@ -158,12 +158,16 @@ class Flow:
 _lock = threading.RLock()
 _flows: dict[tuple[str, int], Flow] = {}
 _loaded: set[str] = set()
+# Counts registrations: what is derived from the registry is derived again when it moved.
+_generation = 0
 
 
 def register(flow: Flow) -> None:
     # Last registration wins: a module imported twice (as __main__ and by name) re-registers.
+    global _generation
     with _lock:
         _flows[(flow.name, flow.version)] = flow
+        _generation += 1
 
 
 def load_flow_modules() -> None:
@@ -184,11 +188,18 @@ def registered_versions() -> list[tuple[str, int]]:
         return sorted(_flows)
 
 
-def registered_flows() -> list[Flow]:
-    """Every flow version this process has, after loading ``INTERLUDE_FLOWS``, in order."""
+def registered_flows() -> tuple[int, list[Flow]]:
+    """Every flow version this process has, after loading ``INTERLUDE_FLOWS``, in order, with
+    the registry's generation (it changes with every registration)."""
     load_flow_modules()
     with _lock:
-        return [_flows[key] for key in sorted(_flows)]
+        return _generation, [_flows[key] for key in sorted(_flows)]
+
+
+def registry_generation() -> int:
+    """The registry's generation, after loading ``INTERLUDE_FLOWS`` (cheap: no copy)."""
+    load_flow_modules()
+    return _generation
 
 
 def _import_flows(module: str) -> None:

@@ -42,7 +42,14 @@ from models.tables import Checkpoint, Interrupt, Run
 from worker import dispatch, runlog, step_metrics
 from worker.context import ResolvedInterrupt, StepContext
 from worker.declarations import PAUSE_INTERRUPT, Suspend, declare
-from worker.flows import Flow, Migration, StepDef, continuation, get_flow, registered_flows
+from worker.flows import (
+    Flow,
+    Migration,
+    StepDef,
+    continuation,
+    registered_flows,
+    registry_generation,
+)
 from worker.interrupts import notify
 from worker.lease import keeper
 from worker.migration import carry, deferred_revalidation
@@ -223,30 +230,42 @@ def _claim_at_once(run_id: str, owner: str) -> Claimed | None:
     with transaction(autocommit=True) as session:
         if not dialect(session).claims_in_one_statement:
             return None
-        found = store.claim_at_once(session, run_id, owner=owner, steps=_claimable_steps())
+        claimable = _claimable()
+        found = store.claim_at_once(session, run_id, owner=owner, steps=claimable.steps)
         if found is None:
             return None
         # The ledger is read only when effects wait to be settled (as in ``_claim_run``).
         ledger = load_ledger(session, run_id) if found.unsettled else None
     run = found.run
-    # (The statement matched a registered version and step: both are here.)
-    flow = get_flow(run.flow_name, run.flow_version, run_id=run.id)
+    # (The statement matched a registered version and step: both are in the cache.)
+    flow = claimable.flows[(run.flow_name, run.flow_version)]
     step = flow.get_step(run.next_step or "")
     resolved = {row.name: _resolved(row) for row in found.answered}
     return Claimed(run, flow, step, found.checkpoint, resolved, ledger, found.resuming)
 
 
-# The steps ``_claim_at_once`` may claim, for the flows registered (and lease setting) as of
-# the key; rebuilt when either changes.
-_claimable: tuple[tuple[Any, ...], list[store.ClaimableStep]] = ((), [])
+@dataclass(frozen=True)
+class _Claimable:
+    """What ``_claim_at_once`` needs of the registry, as of ``key`` (its generation and the
+    default lease): the steps it may claim, and the flows by version."""
+
+    key: tuple[int, float]
+    steps: store.ClaimableSteps
+    flows: dict[tuple[str, int], Flow]
 
 
-def _claimable_steps() -> list[store.ClaimableStep]:
-    global _claimable
-    flows = registered_flows()
-    key = (get_settings().lease_seconds, *(id(flow) for flow in flows))
-    if _claimable[0] != key:
-        steps = [
+_claimable_cache: _Claimable | None = None
+
+
+def _claimable() -> _Claimable:
+    """The claimable steps, derived again only when a flow was registered or the lease changed."""
+    global _claimable_cache
+    cached = _claimable_cache
+    if cached is not None and cached.key == (registry_generation(), get_settings().lease_seconds):
+        return cached
+    generation, flows = registered_flows()
+    steps = store.ClaimableSteps(
+        [
             store.ClaimableStep(
                 flow=flow.name,
                 version=flow.version,
@@ -257,8 +276,10 @@ def _claimable_steps() -> list[store.ClaimableStep]:
             for flow in flows
             for step in flow.steps.values()
         ]
-        _claimable = (key, steps)
-    return _claimable[1]
+    )
+    by_version = {(flow.name, flow.version): flow for flow in flows}
+    _claimable_cache = _Claimable((generation, get_settings().lease_seconds), steps, by_version)
+    return _claimable_cache
 
 
 def _claim_run(run_id: str, owner: str, waiting: list[tuple[Flow, Interrupt]]) -> Claimed | None:

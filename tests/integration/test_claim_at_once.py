@@ -45,7 +45,9 @@ def _events(run_id: str) -> list[tuple[str, str | None, str | None, dict[str, ob
 
 def _claim(run_id: str, steps: list[store.ClaimableStep]) -> store.ClaimedRun | None:
     with transaction(autocommit=True) as session:
-        return store.claim_at_once(session, run_id, owner="host:1", steps=steps)
+        return store.claim_at_once(
+            session, run_id, owner="host:1", steps=store.ClaimableSteps(steps)
+        )
 
 
 def test_a_due_run_is_claimed_in_one_statement(pg: str, tasks: TaskRecorder) -> None:
