@@ -186,3 +186,23 @@ def forget_connections() -> None:
 
     app._pool = None
     app.amqp._producer_pool = None
+
+
+@contextmanager
+def statements_sent(url: str) -> Iterator[list[str]]:
+    """The first word of every statement this process sends to ``url`` within the block."""
+    from sqlalchemy import event
+
+    from models.db import get_engine
+
+    sent: list[str] = []
+
+    def seen(_conn: object, _cursor: object, sql: str, *_: object) -> None:
+        sent.append(sql.split(None, 1)[0].upper())
+
+    engine = get_engine(url)
+    event.listen(engine, "before_cursor_execute", seen)
+    try:
+        yield sent
+    finally:
+        event.remove(engine, "before_cursor_execute", seen)

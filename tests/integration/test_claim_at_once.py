@@ -12,12 +12,13 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-from sqlalchemy import event, select, update
+from sqlalchemy import select, update
 
 from models import runs as store
-from models.db import dialect, get_engine, transaction, utcnow
+from models.db import dialect, transaction, utcnow
 from models.enums import EventKind, RunState
 from models.tables import Event, Run
+from tests.services import statements_sent
 from worker import enqueue_run
 from worker.testing import TaskRecorder
 
@@ -53,19 +54,10 @@ def _claim(run_id: str, steps: list[store.ClaimableStep]) -> store.ClaimedRun | 
 def test_a_due_run_is_claimed_in_one_statement(pg: str, tasks: TaskRecorder) -> None:
     # Given a queued run of a flow version this process has
     run_id = enqueue_run("three_steps", {"n": 1})
-    statements: list[str] = []
-
-    def seen(_conn: object, _cursor: object, sql: str, *_: object) -> None:
-        statements.append(sql.split(None, 1)[0].upper())
-
-    engine = get_engine(pg)
-    event.listen(engine, "before_cursor_execute", seen)
-    try:
-        # When it is claimed at once
-        before = utcnow()
+    # When it is claimed at once
+    before = utcnow()
+    with statements_sent(pg) as statements:
         claimed = _claim(run_id, [FIRST])
-    finally:
-        event.remove(engine, "before_cursor_execute", seen)
     # Then one statement took it: running, a new epoch, the step's lease, its first execution
     assert statements == ["WITH"]
     assert claimed is not None and not claimed.resuming and not claimed.unsettled

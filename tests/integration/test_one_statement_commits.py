@@ -10,14 +10,15 @@ lost race writes none of them even though no transaction is there to roll back.
 from __future__ import annotations
 
 import pytest
-from sqlalchemy import event, func, select
+from sqlalchemy import func, select
 
 from models import runs as store
-from models.db import get_engine, transaction, utcnow
+from models.db import transaction, utcnow
 from models.effects import Outcome, outcome_writes
 from models.enums import EffectStatus, EventKind
 from models.errors import FencedError, StaleStateError
 from models.tables import Checkpoint, Effect, Event, Run
+from tests.services import statements_sent
 from worker import enqueue_run
 from worker.testing import TaskRecorder
 
@@ -117,31 +118,21 @@ def test_a_won_compare_and_set_writes_all_of_its_rows_in_one_statement(
     checkpoint = store.new_checkpoint(
         run, step="a", next_step="b", state={"y": 2}, budget_consumed=0.0, effects=[], epoch=1
     )
-    statements: list[str] = []
-
-    def seen(_conn: object, _cursor: object, sql: str, *_: object) -> None:
-        statements.append(sql.split(None, 1)[0].upper())
-
-    engine = get_engine(db)
-    event.listen(engine, "before_cursor_execute", seen)
-    try:
-        # When its step commits as one autocommit transaction
-        with transaction(autocommit=True) as session:
-            store.move_through(
-                session,
-                run,
-                [(EventKind.ADVANCE, {"step": "a"})],
-                actor="w:1",
-                fence_epoch=run.lease_epoch,
-                facts=[(EventKind.STEP_REEXECUTED, {"count": 2})],
-                writes=[store.checkpoint_insert(session, checkpoint)],
-                checkpoint_seq=checkpoint.seq,
-                next_step="b",
-                lease_owner=None,
-                lease_expires_at=None,
-            )
-    finally:
-        event.remove(engine, "before_cursor_execute", seen)
+    # When its step commits as one autocommit transaction
+    with statements_sent(db) as statements, transaction(autocommit=True) as session:
+        store.move_through(
+            session,
+            run,
+            [(EventKind.ADVANCE, {"step": "a"})],
+            actor="w:1",
+            fence_epoch=run.lease_epoch,
+            facts=[(EventKind.STEP_REEXECUTED, {"count": 2})],
+            writes=[store.checkpoint_insert(session, checkpoint)],
+            checkpoint_seq=checkpoint.seq,
+            next_step="b",
+            lease_owner=None,
+            lease_expires_at=None,
+        )
     # Then the run, its two events and the checkpoint are all there
     assert _counts(run_id) == (events + 2, checkpoints + 1)
     assert _load(run_id).checkpoint_seq == checkpoint.seq
