@@ -24,6 +24,7 @@ import os
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -246,6 +247,22 @@ def describe_costs(counts: dict[str, Any]) -> str:
     lines.append("  statements by kind (server log, per run):")
     lines.extend(f"    {n:6.2f}  {kind}" for kind, n in counts["by_kind"].items())
     return "\n".join(lines)
+
+
+def rate_main(description: str, run: Callable[[int], dict[str, Any]], label: str) -> None:
+    """The command of a W1 variant that only measures a rate: ``--runs N [--json]``."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--runs", type=int, default=200)
+    parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    args = parser.parse_args()
+    result = run(args.runs)
+    if args.json:
+        print(json.dumps(result))
+    else:
+        print(
+            f"{label}: {result['runs']} runs in {result['seconds']:.2f} s"
+            f" = {result['rate']:.1f} runs/s"
+        )
 
 
 def main() -> None:

@@ -15,8 +15,6 @@ the rivals, in one process each, have no such hop.
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import time
 from typing import Any
@@ -25,6 +23,7 @@ import redis
 from celery import Celery
 
 from bench.processes import BROKER_URL, COUNTER_URL, exclusive, start_worker, stop_worker
+from bench.w1 import rate_main
 
 QUEUE = "floor"
 POLL_SECONDS = 0.005
@@ -79,22 +78,6 @@ def run(runs: int) -> dict[str, Any]:
     return {"runs": runs, "seconds": seconds, "rate": runs / seconds}
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--runs", type=int, default=200)
-    parser.add_argument("--json", action="store_true", help="print the result as JSON")
-    args = parser.parse_args()
-    result = run(args.runs)
-    if args.json:
-        print(json.dumps(result))
-    else:
-        print(f"W1 floor: {runs_line(result)}")
-
-
-def runs_line(result: dict[str, Any]) -> str:
-    return f"{result['runs']} runs in {result['seconds']:.2f} s = {result['rate']:.1f} runs/s"
-
-
 if __name__ == "__main__":
     with exclusive("bench.w1_floor"):
-        main()
+        rate_main(__doc__ or "", run, "W1 floor")

@@ -15,14 +15,12 @@ time is the engine and how much the broker hop (``bench.w1_floor``).
 
 from __future__ import annotations
 
-import argparse
-import json
 import time
 from typing import Any
 
 from bench import pg
 from bench.processes import exclusive
-from bench.w1 import ACTOR, configure, contract
+from bench.w1 import ACTOR, configure, contract, rate_main
 
 
 def run(runs: int) -> dict[str, Any]:
@@ -55,21 +53,6 @@ def run(runs: int) -> dict[str, Any]:
     return {"runs": runs, "seconds": seconds, "rate": runs / seconds}
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--runs", type=int, default=200)
-    parser.add_argument("--json", action="store_true", help="print the result as JSON")
-    args = parser.parse_args()
-    result = run(args.runs)
-    if args.json:
-        print(json.dumps(result))
-    else:
-        print(
-            f"W1 in one process: {result['runs']} runs in {result['seconds']:.2f} s"
-            f" = {result['rate']:.1f} runs/s"
-        )
-
-
 if __name__ == "__main__":
     with exclusive("bench.w1_in_process"):
-        main()
+        rate_main(__doc__ or "", run, "W1 in one process")
