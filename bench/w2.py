@@ -123,7 +123,8 @@ class Worker:
 
     def run_task(self, name: str) -> tuple[float, str]:
         """Publish task ``name`` as beat would; its duration in the worker, and its result."""
-        from worker.app import QUEUE_MAINTENANCE, app
+        from worker.app import app
+        from worker.tasknames import QUEUE_MAINTENANCE
 
         task_id = uuid.uuid4().hex
         app.send_task(name, queue=QUEUE_MAINTENANCE, task_id=task_id)

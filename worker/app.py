@@ -10,15 +10,15 @@ from kombu import Exchange, Queue  # type: ignore[attr-defined]
 from models.errors import ConfigurationError
 from models.settings import Settings, get_settings
 from worker.startup import refuse
-
-TASK_STEP = "interlude.run_step"
-TASK_RESUME = "interlude.resume_run"
-TASK_SWEEP = "interlude.sweep_expired"
-TASK_REAP = "interlude.reap"
-
-QUEUE_STEPS = "interlude.steps"
-QUEUE_RESUMES = "interlude.resumes"
-QUEUE_MAINTENANCE = "interlude.maintenance"
+from worker.tasknames import (
+    QUEUE_MAINTENANCE,
+    QUEUE_RESUMES,
+    QUEUE_STEPS,
+    TASK_REAP,
+    TASK_RESUME,
+    TASK_STEP,
+    TASK_SWEEP,
+)
 
 # Redis redelivers an unacknowledged message after this long; our tasks are short and our own
 # reaper recovers dead workers much sooner, so this only needs to exceed the longest step.

@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 from typing import Protocol
 
-from worker.app import QUEUE_RESUMES, QUEUE_STEPS, TASK_RESUME, TASK_STEP, app
+from worker.tasknames import QUEUE_RESUMES, QUEUE_STEPS, TASK_RESUME, TASK_STEP
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +34,10 @@ def celery_publisher(
 ) -> None:
     # Flower (and Celery's own log lines) show kwargsrepr as the task's keyword arguments: here
     # the run's flow and step, searchable in Flower as kwargs:flow=NAME. The task takes none.
+    # Imported here: building the Celery app costs a third of a second, which a process that
+    # never publishes (most ``interlude`` verbs, the test seam) should not pay.
+    from worker.app import app
+
     label = repr({"flow": flow, "step": step})
     app.send_task(name, args=[run_id], queue=queue, countdown=countdown, kwargsrepr=label)
 

@@ -17,8 +17,9 @@ from models.db import size_pool_for
 from models.errors import StepFailedError
 from models.settings import get_settings
 from worker import runlog, step_metrics
-from worker.app import TASK_REAP, TASK_RESUME, TASK_STEP, TASK_SWEEP, app
+from worker.app import app
 from worker.stats import serve_from_worker
+from worker.tasknames import TASK_REAP, TASK_RESUME, TASK_STEP, TASK_SWEEP
 
 if TYPE_CHECKING:
     from worker.runtime import Failure

@@ -21,8 +21,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from worker import dispatch
-from worker.app import TASK_RESUME, TASK_STEP
 from worker.runtime import execute
+from worker.tasknames import TASK_RESUME, TASK_STEP
 
 DEFAULT_DRAIN_TIMEOUT = 60.0
 

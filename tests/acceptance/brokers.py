@@ -12,7 +12,7 @@ import pytest
 from kombu import Connection
 
 from tests.acceptance.private_services import PrivateRabbit
-from worker.app import QUEUE_MAINTENANCE, QUEUE_RESUMES, QUEUE_STEPS
+from worker.tasknames import QUEUE_MAINTENANCE, QUEUE_RESUMES, QUEUE_STEPS
 
 BROKERS = ["redis", "rabbitmq"]
 QUEUES = (QUEUE_STEPS, QUEUE_RESUMES, QUEUE_MAINTENANCE)

@@ -23,8 +23,8 @@ from models.db import transaction, utcnow
 from models.tables import Event, Interrupt, ResumeAttempt, Run
 from tests.flows.expiry import NOTIFIED
 from tests.services import ROOT, wait_for
-from worker.app import QUEUE_RESUMES, TASK_RESUME
 from worker.runtime import execute
+from worker.tasknames import QUEUE_RESUMES, TASK_RESUME
 
 RUNS = 1000
 POLICIES = ("expire", "cancel", "escalate", "default")

@@ -14,8 +14,8 @@ from models.db import transaction, utcnow
 from models.tables import Checkpoint, Event, Run
 from tests.services import WorkerProcess, wait_for
 from worker import app, enqueue_run, get_run
-from worker.app import QUEUE_STEPS, TASK_STEP
 from worker.reaper import reap
+from worker.tasknames import QUEUE_STEPS, TASK_STEP
 
 RUNS = 200
 

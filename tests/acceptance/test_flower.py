@@ -18,7 +18,7 @@ import pytest
 
 from tests.services import ROOT, WorkerProcess, wait_for
 from worker import enqueue_run, get_run
-from worker.app import QUEUE_MAINTENANCE, QUEUE_RESUMES, QUEUE_STEPS, TASK_STEP
+from worker.tasknames import QUEUE_MAINTENANCE, QUEUE_RESUMES, QUEUE_STEPS, TASK_STEP
 
 DEPLOY = {"service": "billing", "environment": "staging", "version": "3.1.0", "diff": "+ x = 1\n"}
 

@@ -16,7 +16,7 @@ from tests.conftest import OWN_BROKER_DB
 from tests.resumes import contract_for, wait_finished, wait_pending
 from tests.services import WorkerProcess, forget_connections, redis_client, wait_for
 from worker import add_actor, app, enqueue_run, list_interrupts, submit_resume
-from worker.app import QUEUE_RESUMES, QUEUE_STEPS
+from worker.tasknames import QUEUE_RESUMES, QUEUE_STEPS
 
 WAITING_RUNS = 50
 QUEUES = (QUEUE_STEPS, QUEUE_RESUMES)

@@ -30,7 +30,7 @@ from worker import (
     set_actor_roles,
     submit_resume,
 )
-from worker.app import TASK_RESUME
+from worker.tasknames import TASK_RESUME
 from worker.testing import TaskRecorder
 
 pytestmark = pytest.mark.usefixtures("scratch")

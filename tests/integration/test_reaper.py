@@ -20,8 +20,8 @@ from worker import (
     list_interrupts,
     submit_resume,
 )
-from worker.app import TASK_RESUME, TASK_STEP
 from worker.reaper import reap
+from worker.tasknames import TASK_RESUME, TASK_STEP
 from worker.testing import TaskRecorder
 
 

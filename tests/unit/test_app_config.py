@@ -7,7 +7,8 @@ import pytest
 from models.errors import ConfigurationError
 from models.settings import Settings, get_settings, reset_settings
 from worker import app
-from worker.app import QUEUE_MAINTENANCE, QUEUE_RESUMES, QUEUE_STEPS, create_app
+from worker.app import create_app
+from worker.tasknames import QUEUE_MAINTENANCE, QUEUE_RESUMES, QUEUE_STEPS
 
 
 def test_json_only_late_acks_prefetch_one_and_events() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -372,6 +373,30 @@ def test_importing_worker_and_parsing_a_command_load_nothing_heavy() -> None:
         [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60
     )
     assert done.stdout.strip() == "[]", done.stdout
+
+
+def test_a_verb_that_publishes_nothing_does_not_build_the_celery_app(tmp_path: Path) -> None:
+    # Listing runs reads the database only: Celery (a third of a second to import) is left out.
+    import subprocess
+    import sys
+
+    url = f"sqlite:///{tmp_path / 'interlude.db'}"
+    probe = (
+        "import sys, worker.cli as c; status = c.main(['runs', 'list', '--json']); "
+        "print([m for m in ('celery', 'kombu') if m in sys.modules], status)"
+    )
+    env = {**os.environ, "INTERLUDE_DATABASE_URL": url}
+    subprocess.run(
+        [sys.executable, "-c", "import worker.cli as c; c.main(['db', 'upgrade'])"],
+        env=env,
+        check=True,
+        timeout=60,
+        capture_output=True,
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert done.stdout.strip().splitlines()[-1] == "[] 0", done.stdout + done.stderr
 
 
 def test_one_resume_is_one_row_and_actors_are_written_one_way() -> None:

@@ -8,8 +8,9 @@ import pytest
 from celery.exceptions import Retry
 
 from models.errors import StepFailedError
-from worker.app import TASK_RESUME, TASK_STEP, app
+from worker.app import app
 from worker.runtime import Failure
+from worker.tasknames import TASK_RESUME, TASK_STEP
 from worker.tasks import MAX_TASK_ERROR, report
 
 

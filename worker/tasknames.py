@@ -1,0 +1,16 @@
+"""The names of interlude's Celery tasks and queues.
+
+A module of their own, apart from the app: code that only names a task (the dispatch seam,
+the test recorder, the CLI's listings) then does not import Celery.
+"""
+
+from __future__ import annotations
+
+TASK_STEP = "interlude.run_step"
+TASK_RESUME = "interlude.resume_run"
+TASK_SWEEP = "interlude.sweep_expired"
+TASK_REAP = "interlude.reap"
+
+QUEUE_STEPS = "interlude.steps"
+QUEUE_RESUMES = "interlude.resumes"
+QUEUE_MAINTENANCE = "interlude.maintenance"
