@@ -37,8 +37,9 @@ from models.settings import reset_settings  # noqa: E402
 from worker.testing import TaskRecorder, recording  # noqa: E402
 
 BACKENDS = ["sqlite", "postgresql"]
-# The longest tests first (tests/durations.json), and ``--record-durations``.
-pytest_plugins = ["tests.ordering"]
+# The longest tests first (tests/durations.json), and ``--record-durations``; a failed test
+# shows the logs of the workers it ran with.
+pytest_plugins = ["tests.ordering", "tests.worker_logs"]
 
 
 @pytest.fixture(scope="session", params=BACKENDS)

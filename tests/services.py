@@ -124,6 +124,7 @@ class WorkerProcess:
                 "-E",
             ]
         args += list(self.args)
+        started_processes.append(self)
         self.proc = start_celery(
             self.kind, args, env=self.env, log_path=self.log_path, cwd=ROOT, timeout=timeout
         )
@@ -149,6 +150,11 @@ class WorkerProcess:
 
     def output(self) -> str:
         return self.log_path.read_text(errors="replace")
+
+
+# The processes started by the running test (its fixtures included): a failure shows their logs
+# (tests/worker_logs.py).
+started_processes: list[WorkerProcess] = []
 
 
 def wait_for(predicate: Callable[[], Any], timeout: float = 30.0, interval: float = 0.05) -> Any:
