@@ -12,7 +12,8 @@ Three workloads, each system in a fresh PostgreSQL database on the same server:
   same W1 in one process through the test seam with no broker (``bench.w1_in_process``).
 - **three-step** runs, one after another (``bench.throughput``; a bare Celery chain, not
   durable, as the floor).
-- **W4**, steps waiting on I/O (``bench.w4``): one ``-P threads -c 50`` worker, interlude only.
+- **W4**, steps waiting on I/O (``bench.w4``): one ``-P threads -c 50`` worker, interlude and
+  Celery alone on the same tasks with no durability (``bench.w4_floor``).
 
 The systems take turns for ``--rounds`` rounds and the median of each is reported, so that the
 noise of a shared machine falls on all of them alike: read the ratios, not the absolute numbers.
@@ -44,6 +45,8 @@ LG_EXIT = 'LangGraph + PostgresSaver, durability="exit"'
 DBOS = "DBOS"
 BARE = "bare Celery chain (not durable)"
 FLOOR = "Celery alone: W1's two tasks per run, doing nothing (the broker's floor)"
+W4_FLOOR = "Celery alone: one task of two 200 ms sleeps per run (the broker's floor)"
+W4_IDEAL = 250.0  # 50 threads, each a step of 0.2 s at a time
 IN_PROCESS = "interlude in one process, no broker (the test seam; not how it runs)"
 WORKLOADS = ("w1", "three", "w4")
 
@@ -191,17 +194,25 @@ def main() -> None:
         out += [rate_table(f"{runs} three-step runs, one after another", "runs/s", rates), ""]
     if "w4" in workloads:
         print("W4 …", file=sys.stderr, flush=True)
-        results = [_ours("bench.w4", "--runs", str(args.w4_runs)) for _ in range(args.rounds)]
-        steps = statistics.median(r["steps_per_s"] for r in results)
-        ideal = results[0]["ideal"]
-        spread = ", ".join(f"{r['steps_per_s']:.1f}" for r in results)
+        w4_runs = str(args.w4_runs)
+        results = take_turns(
+            {
+                INTERLUDE: lambda: _ours("bench.w4", "--runs", w4_runs),
+                W4_FLOOR: lambda: _ours("bench.w4_floor", "--runs", w4_runs),
+            },
+            args.rounds,
+            "steps_per_s",
+        )
         out += [
             f"| W4, {args.w4_runs} runs of two 200 ms steps, `-P threads -c 50` "
-            "| steps/s (median) | rounds | ideal | efficiency |",
-            "| --- | --- | --- | --- | --- |",
-            f"| interlude | {steps:.1f} | {spread} | {ideal:.0f} | {steps / ideal:.2f} |",
-            "",
+            "| steps/s (median) | rounds | efficiency |",
+            "| --- | --- | --- | --- |",
         ]
+        for system, rates in results.items():
+            spread = ", ".join(f"{r:.1f}" for r in rates)
+            steps = statistics.median(rates)
+            out.append(f"| {system} | {steps:.1f} | {spread} | {steps / W4_IDEAL:.2f} |")
+        out.append("")
     print("\n".join(out))
 
 

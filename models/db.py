@@ -51,6 +51,28 @@ def size_pool_for(concurrent_steps: int) -> None:
     dispose_engines()
 
 
+def open_pool(connections: int) -> int:
+    """Open up to ``connections`` connections to the database now and keep them in the pool.
+
+    A threads-pool worker calls it before it takes its first task: otherwise its first burst
+    of steps (a full pool's worth, after every start or deployment) opens that many
+    connections at once, each step waiting on the server's start-up of a backend. Returns how
+    many it opened; a database that cannot be reached now is not an error (the steps will
+    connect, or wait, when they run).
+    """
+    engine = get_engine()
+    held = []
+    try:
+        for _ in range(min(connections, pool_size())):
+            held.append(engine.connect())
+    except DBAPIError:
+        pass
+    finally:
+        for conn in held:
+            conn.close()
+    return len(held)
+
+
 def get_engine(url: str | None = None) -> Engine:
     url = url or get_settings().database_url
     engine = _engines.get(url)  # the common case takes no lock

@@ -13,7 +13,7 @@ from celery.signals import (
     worker_shutdown,
 )
 
-from models.db import size_pool_for
+from models.db import open_pool, size_pool_for
 from models.errors import StepFailedError
 from models.settings import get_settings
 from worker import runlog, step_metrics
@@ -97,7 +97,7 @@ def _load_flows(sender: Any = None, **_: Any) -> None:
 
     Every pool child then starts ready; otherwise each new child (say, after one was killed)
     pays for these imports on its first task. A pool of threads (or greenlets) runs its steps
-    in this one process: its database pool gets a connection for each.
+    in this one process: its database pool gets a connection for each, opened now.
     """
     from models.errors import ConfigurationError
     from worker import runtime  # noqa: F401
@@ -115,3 +115,4 @@ def _load_flows(sender: Any = None, **_: Any) -> None:
     pool = str(getattr(sender, "pool_cls", "")).lower()
     if isinstance(concurrency, int) and any(p in pool for p in ("thread", "gevent", "eventlet")):
         size_pool_for(concurrency)
+        open_pool(concurrency)

@@ -8,11 +8,18 @@ interlude still gets through.
 from __future__ import annotations
 
 import pytest
-from sqlalchemy import text
+from sqlalchemy import event, text
 from sqlalchemy.exc import DBAPIError
 
 from models import dialects
-from models.db import dispose_engines, get_engine, once_more_if_disconnected, transaction
+from models.db import (
+    dispose_engines,
+    get_engine,
+    once_more_if_disconnected,
+    open_pool,
+    transaction,
+)
+from models.settings import reset_settings
 
 
 @pytest.fixture()
@@ -96,3 +103,30 @@ def test_other_database_errors_are_not_tried_again(db: str) -> None:
     with pytest.raises(DBAPIError):
         once_more_if_disconnected(work)
     assert len(tries) == 1
+
+
+def test_a_worker_opens_its_connections_before_its_first_step(db: str) -> None:
+    # A threads-pool worker holds a connection ready for each step it may run at once.
+    dispose_engines()
+    assert open_pool(3) == 3
+    pool = get_engine(db).pool
+    assert pool.checkedin() == 3 and pool.checkedout() == 0  # type: ignore[attr-defined]
+    # The steps then take those connections: none is opened for them.
+    opened: list[object] = []
+    event.listen(get_engine(db), "connect", lambda *_: opened.append(1))
+    with transaction(readonly=True) as session:
+        session.execute(text("SELECT 1"))
+    assert opened == []
+
+
+def test_an_unreachable_database_does_not_stop_a_worker_from_starting(
+    db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("INTERLUDE_DATABASE_URL", "postgresql+psycopg://nobody@127.0.0.1:1/none")
+    reset_settings()
+    try:
+        assert open_pool(3) == 0
+    finally:
+        monkeypatch.undo()
+        reset_settings()
+        dispose_engines()
