@@ -78,11 +78,14 @@ def begin(ctx: StepContext) -> str:
 @slow.step(lease_seconds=2)
 def crawl(ctx: StepContext) -> None:
     r = redis.Redis.from_url(os.environ["INTERLUDE_TEST_REDIS"])
+    # Only the first execution is slow: a re-execution after a crash finishes at once. Decided
+    # before "started" is announced: a test kills the process as soon as it sees that mark, and
+    # a kill landing between the two would leave the re-execution to sleep in its place.
+    first = r.set(f"slow:slept:{ctx.run_id}", 1, nx=True)
     r.set(f"slow:started:{ctx.run_id}", os.getpid())
     if ctx.input.get("die"):
         os.kill(os.getpid(), signal.SIGKILL)
-    # Only the first execution is slow: a re-execution after a crash finishes at once.
-    if r.set(f"slow:slept:{ctx.run_id}", 1, nx=True):
+    if first:
         time.sleep(float(ctx.input.get("sleep", 0)))
     ctx.state["crawled"] = True
     return None
