@@ -12,7 +12,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import pytest
 import redis
@@ -152,9 +152,17 @@ class WorkerProcess:
         return self.log_path.read_text(errors="replace")
 
 
+class LogSource(Protocol):
+    """A process of a test that logs to a file: its name and what it wrote."""
+
+    name: str
+
+    def output(self) -> str: ...
+
+
 # The processes started by the running test (its fixtures included): a failure shows their logs
 # (tests/worker_logs.py).
-started_processes: list[WorkerProcess] = []
+started_processes: list[LogSource] = []
 
 
 def wait_for(predicate: Callable[[], Any], timeout: float = 30.0, interval: float = 0.05) -> Any:

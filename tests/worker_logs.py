@@ -1,4 +1,4 @@
-"""A failed test's report shows the end of the log of every worker and beat it ran with.
+"""A failed test's report shows the end of the log of every worker, beat and Flower it ran with.
 
 Worker processes log to files in the session's temporary directory, which later runs rotate
 away; a failure seen only in a full parallel run (and in CI) is explained by these lines or

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from tests.services import ROOT, WorkerProcess, wait_for
+from tests.services import ROOT, WorkerProcess, started_processes, wait_for
 from worker import enqueue_run, get_run
 from worker.tasknames import QUEUE_MAINTENANCE, QUEUE_RESUMES, QUEUE_STEPS, TASK_STEP
 
@@ -39,7 +39,10 @@ class Flower:
         env.update(INTERLUDE_DATABASE_URL=database_url, FLOWER_UNAUTHENTICATED_API="true")
         if broker_url is not None:
             env["INTERLUDE_BROKER_URL"] = broker_url
+        self.name = f"flower-{self.port}"
+        self.log_path = log_path
         self.log = log_path.open("wb")
+        started_processes.append(self)
         self.proc = subprocess.Popen(
             [
                 sys.executable,
@@ -57,6 +60,9 @@ class Flower:
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
+
+    def output(self) -> str:
+        return self.log_path.read_text(errors="replace")
 
     def get(self, path: str) -> Any:
         url = f"http://127.0.0.1:{self.port}{path}"
@@ -151,12 +157,21 @@ def test_flower_shows_retries_then_the_failure_of_a_failing_step_with_its_flow_a
     # When a run's step fails three times (two retries allowed): the run fails
     run_id = enqueue_run("flaky", {"fail_times": 5})
 
+    seen: list[object] = []
+
     def three_done() -> list[dict[str, Any]] | None:
+        if flower.try_get("/healthcheck") is None:
+            seen[:] = ["(Flower did not answer)"]
+            return None
         tasks = _tasks_of(flower, run_id)
+        seen[:] = [{k: t.get(k) for k in ("uuid", "state", "received")} for t in tasks]
         done = [t for t in tasks if t["state"] in ("RETRY", "FAILURE", "SUCCESS")]
         return tasks if len(done) == 3 else None
 
-    tasks = wait_for(three_done, timeout=90)
+    try:
+        tasks = wait_for(three_done, timeout=90)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; Flower last showed this run's tasks as {seen}") from None
     assert get_run(run_id).state == "failed"
 
     # Then Flower shows the first two attempts as RETRY and the last one as FAILURE
