@@ -11,8 +11,12 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import redis
+
+if TYPE_CHECKING:
+    from celery import Celery
 
 ROOT = Path(__file__).resolve().parent.parent
 BROKER_URL = "redis://127.0.0.1:6379/14"
@@ -142,3 +146,28 @@ def bench_env(database_url: str, **extra: str) -> dict[str, str]:
         "INTERLUDE_FLOWS": "bench.flows",
         **extra,
     }
+
+
+def floor_app(name: str, queue: str) -> Celery:
+    """A Celery app for a broker floor, configured as ``worker/app.py`` configures interlude's.
+
+    JSON only, late acks, prefetch 1, task events and task-sent events on, no results; its
+    tasks go to ``queue`` on the bench's broker. The floors measure Celery alone with these
+    settings, doing no durable work.
+    """
+    from celery import Celery
+
+    app = Celery(name, broker=os.environ.get("BENCH_BROKER_URL", BROKER_URL))
+    app.conf.update(
+        task_serializer="json",
+        accept_content=["json"],
+        event_serializer="json",
+        task_acks_late=True,
+        task_reject_on_worker_lost=True,
+        worker_prefetch_multiplier=1,
+        worker_send_task_events=True,
+        task_send_sent_event=True,
+        task_ignore_result=True,
+        task_default_queue=queue,
+    )
+    return app

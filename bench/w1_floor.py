@@ -20,29 +20,22 @@ import time
 from typing import Any
 
 import redis
-from celery import Celery
 
-from bench.processes import BROKER_URL, COUNTER_URL, exclusive, start_worker, stop_worker
+from bench.processes import (
+    BROKER_URL,
+    COUNTER_URL,
+    exclusive,
+    floor_app,
+    start_worker,
+    stop_worker,
+)
 from bench.w1 import rate_main
 
 QUEUE = "floor"
 POLL_SECONDS = 0.005
 TIMEOUT_SECONDS = 300
 
-app = Celery("floor", broker=os.environ.get("BENCH_BROKER_URL", BROKER_URL))
-# As worker/app.py configures interlude's app, but for the queues and the result backend.
-app.conf.update(
-    task_serializer="json",
-    accept_content=["json"],
-    event_serializer="json",
-    task_acks_late=True,
-    task_reject_on_worker_lost=True,
-    worker_prefetch_multiplier=1,
-    worker_send_task_events=True,
-    task_send_sent_event=True,
-    task_ignore_result=True,
-    task_default_queue=QUEUE,
-)
+app = floor_app("floor", QUEUE)
 _counter = redis.Redis.from_url(os.environ.get("BENCH_COUNTER_URL", COUNTER_URL))
 
 

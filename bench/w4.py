@@ -15,6 +15,7 @@ import argparse
 import json
 import os
 import time
+from collections.abc import Callable
 from typing import Any
 
 import redis
@@ -70,9 +71,14 @@ def run(runs: int, concurrency: int) -> dict[str, Any]:
         started = marks.get(W4_STARTED)
         assert started is not None, "no W4 step started"
         seconds = end - float(started)
-    steps = runs * STEPS_PER_RUN
-    rate = steps / seconds
-    ideal = concurrency / W4_SLEEP_SECONDS
+    return measured(runs, concurrency, seconds, W4_SLEEP_SECONDS)
+
+
+def measured(runs: int, concurrency: int, seconds: float, step_seconds: float) -> dict[str, Any]:
+    """W4's figures: ``runs`` runs of two ``step_seconds`` steps took ``seconds`` on
+    ``concurrency`` slots; the ideal keeps every slot busy all the time."""
+    rate = runs * STEPS_PER_RUN / seconds
+    ideal = concurrency / step_seconds
     return {
         "runs": runs,
         "concurrency": concurrency,
@@ -83,24 +89,25 @@ def run(runs: int, concurrency: int) -> dict[str, Any]:
     }
 
 
-def report(result: dict[str, Any]) -> str:
+def report(result: dict[str, Any], label: str = "W4") -> str:
     return (
-        f"W4: {result['runs']} two-step runs, -P threads -c {result['concurrency']}: "
+        f"{label}: {result['runs']} two-step runs, -P threads -c {result['concurrency']}: "
         f"{result['steps_per_s']:.1f} steps/s of the ideal {result['ideal']:.0f} "
         f"(efficiency {result['efficiency']:.2f}) in {result['seconds']:.2f} s"
     )
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
+def w4_main(description: str, run: Callable[[int, int], dict[str, Any]], label: str) -> None:
+    """The command of a W4 variant: ``--runs N --concurrency C [--json]``."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--runs", type=int, default=400)
     parser.add_argument("--concurrency", type=int, default=50)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     result = run(args.runs, args.concurrency)
-    print(json.dumps(result) if args.json else report(result))
+    print(json.dumps(result) if args.json else report(result, label))
 
 
 if __name__ == "__main__":
     with exclusive("bench.w4"):
-        main()
+        w4_main(__doc__ or "", run, "W4")

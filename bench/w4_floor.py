@@ -12,39 +12,30 @@ same ratio: steps/s ÷ (concurrency / 0.2 s). What interlude loses on top of thi
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import time
 from typing import Any
 
 import redis
-from celery import Celery
 
-from bench.processes import BROKER_URL, COUNTER_URL, exclusive, start_worker, stop_worker
+from bench.processes import (
+    BROKER_URL,
+    COUNTER_URL,
+    exclusive,
+    floor_app,
+    start_worker,
+    stop_worker,
+)
+from bench.w4 import STEPS_PER_RUN, measured, w4_main
 
 QUEUE = "floor4"
 STEP_SECONDS = 0.2
-STEPS_PER_RUN = 2
 POLL_SECONDS = 0.02
 TIMEOUT_SECONDS = 300
 STARTED = "floor4:started"
 DONE = "floor4:done"
 
-app = Celery("floor4", broker=os.environ.get("BENCH_BROKER_URL", BROKER_URL))
-# As worker/app.py configures interlude's app, but for the queues and the result backend.
-app.conf.update(
-    task_serializer="json",
-    accept_content=["json"],
-    event_serializer="json",
-    task_acks_late=True,
-    task_reject_on_worker_lost=True,
-    worker_prefetch_multiplier=1,
-    worker_send_task_events=True,
-    task_send_sent_event=True,
-    task_ignore_result=True,
-    task_default_queue=QUEUE,
-)
+app = floor_app("floor4", QUEUE)
 _marks = redis.Redis.from_url(os.environ.get("BENCH_COUNTER_URL", COUNTER_URL))
 
 
@@ -71,36 +62,9 @@ def run(runs: int, concurrency: int) -> dict[str, Any]:
         end = time.time()
     finally:
         stop_worker(worker)
-    seconds = end - float(_marks.get(STARTED) or end)
-    rate = runs * STEPS_PER_RUN / seconds
-    ideal = concurrency / STEP_SECONDS
-    return {
-        "runs": runs,
-        "concurrency": concurrency,
-        "seconds": seconds,
-        "steps_per_s": rate,
-        "ideal": ideal,
-        "efficiency": rate / ideal,
-    }
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--runs", type=int, default=400)
-    parser.add_argument("--concurrency", type=int, default=50)
-    parser.add_argument("--json", action="store_true")
-    args = parser.parse_args()
-    result = run(args.runs, args.concurrency)
-    if args.json:
-        print(json.dumps(result))
-    else:
-        print(
-            f"W4 floor (Celery alone): {result['steps_per_s']:.1f} steps/s of the ideal "
-            f"{result['ideal']:.0f} (efficiency {result['efficiency']:.2f}) in "
-            f"{result['seconds']:.2f} s"
-        )
+    return measured(runs, concurrency, end - float(_marks.get(STARTED) or end), STEP_SECONDS)
 
 
 if __name__ == "__main__":
     with exclusive("bench.w4_floor"):
-        main()
+        w4_main(__doc__ or "", run, "W4 floor (Celery alone)")

@@ -1,7 +1,7 @@
 """The names of interlude's Celery tasks and queues.
 
-A module of their own, apart from the app: code that only names a task (the dispatch seam,
-the test recorder, the CLI's listings) then does not import Celery.
+A module of their own, apart from the app: code that only names a task (the dispatch seam and
+the test recorder) then does not import Celery.
 """
 
 from __future__ import annotations
