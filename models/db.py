@@ -141,6 +141,11 @@ def once_more_if_disconnected(work: Callable[[], T]) -> T:
     return work()
 
 
+def current_dialect() -> Dialect:
+    """The strategy of the configured database's engine (created on first use)."""
+    return _session_factory()[1]
+
+
 def dialect(session: Session) -> Dialect:
     """The strategy of the engine ``session`` works on (set by ``transaction``)."""
     strategy: Dialect = session.info["dialect"]

@@ -20,7 +20,7 @@ from models import effects as effect_store
 from models import interrupts as interrupt_store
 from models import runs as store
 from models.contracts import InterruptDecl, json_copy
-from models.db import dialect, once_more_if_disconnected, transaction, utcnow
+from models.db import current_dialect, once_more_if_disconnected, transaction, utcnow
 from models.effects import LedgerEntry, load_ledger
 from models.enums import EventKind, InterruptKind, RunState
 from models.errors import (
@@ -227,10 +227,10 @@ def _claim(run_id: str, owner: str) -> Claimed | None:
 def _claim_at_once(run_id: str, owner: str) -> Claimed | None:
     """The common claim in one statement (PostgreSQL): a due run at a step of a flow version
     this process has. None when it is not that simple: ``_claim_run`` then decides."""
+    if not current_dialect().claims_in_one_statement:
+        return None
+    claimable = _claimable()
     with transaction(autocommit=True) as session:
-        if not dialect(session).claims_in_one_statement:
-            return None
-        claimable = _claimable()
         found = store.claim_at_once(session, run_id, owner=owner, steps=claimable.steps)
         if found is None:
             return None
