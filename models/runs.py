@@ -341,7 +341,6 @@ class ClaimableSteps:
     once (a worker builds this when its flows change, not at every claim)."""
 
     def __init__(self, steps: Sequence[ClaimableStep]) -> None:
-        self.steps = tuple(steps)
         self.param = [
             {
                 "flow": s.flow,
@@ -350,7 +349,7 @@ class ClaimableSteps:
                 "lease": s.lease_seconds,
                 "revalidates": s.revalidates,
             }
-            for s in self.steps
+            for s in steps
         ]
 
 
