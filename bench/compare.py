@@ -17,8 +17,10 @@ Three workloads, each system in a fresh PostgreSQL database on the same server:
 
 The systems take turns for ``--rounds`` rounds and the median of each is reported, so that the
 noise of a shared machine falls on all of them alike: read the ratios, not the absolute numbers.
-Then one counting run per system (never timed) gives W1's transactions and statements per run,
-as the server counted and logged them. The rivals' Python needs
+Then two counting runs per system (never timed), of N and 2N runs, give W1's transactions and
+statements as the server counted and logged them: what each further run costs (the second run's
+total less the first's, over N) and, apart, what a process costs once whatever it runs (its
+connections' set-up: ``per_run_and_start_up``). The rivals' Python needs
 ``langgraph langgraph-checkpoint-postgres dbos`` (kept out of our dependencies).
 """
 
@@ -116,24 +118,47 @@ def take_turns(
     return found
 
 
+COUNTED = ("transactions", "pings", "statements")
+
+
+def per_run_and_start_up(
+    runs: int, once: dict[str, Any], twice: dict[str, Any]
+) -> dict[str, dict[str, float]]:
+    """From counting runs of ``runs`` and ``2 * runs`` runs (their figures per run): what
+    each further run costs, and what is left over, counted once (start-up, connections).
+
+    The first figure is the one to compare: a run of N runs also pays each process's start-up
+    (a connection's set-up, the driver's type lookups), which N dilutes but never removes.
+    """
+    each = {k: (2 * runs * twice[k] - runs * once[k]) / runs for k in COUNTED}
+    return {"per_run": each, "start_up": {k: runs * once[k] - runs * each[k] for k in COUNTED}}
+
+
 def rate_table(title: str, unit: str, rates: dict[str, list[float]], extra: Any = None) -> str:
     """A Markdown table: median, the rounds, and interlude's median over each system's."""
     medians = {name: statistics.median(values) for name, values in rates.items()}
     base = medians[INTERLUDE]
     head = f"| {title} | {unit} (median) | rounds | interlude ÷ this |"
     if extra:
-        head += " transactions / run | of which pre-pings | statements / run |"
+        head += (
+            " transactions / run | of which pre-pings | statements / run"
+            " | once per bench (transactions, statements) |"
+        )
     lines = [head, _rule(head)]
     for name, rate in medians.items():
         spread = ", ".join(f"{v:.1f}" for v in rates[name])
         row = f"| {name} | {rate:.1f} | {spread} | {base / rate:.2f} |"
         if extra:
             costs = extra.get(name)
-            row += (
-                f" {costs['transactions']:.1f} | {costs['pings']:.1f} | {costs['statements']:.1f} |"
-                if costs
-                else " n/a | n/a | n/a |"
-            )
+            if costs:
+                each, once = costs["per_run"], costs["start_up"]
+                row += (
+                    f" {each['transactions']:.2f} | {each['pings']:.2f} |"
+                    f" {each['statements']:.2f} |"
+                    f" {once['transactions']:.0f}, {once['statements']:.0f} |"
+                )
+            else:
+                row += " n/a | n/a | n/a | n/a |"
         lines.append(row)
     return "\n".join(lines)
 
@@ -168,25 +193,37 @@ def main() -> None:
         print("W1 …", file=sys.stderr, flush=True)
         rates = take_turns(w1_systems(python, runs), args.rounds, "rate")
         costs: dict[str, Any] = {}
+        detail: dict[str, Any] = {}
         if not args.no_count:
             print("W1 counting runs …", file=sys.stderr, flush=True)
+            doubled = w1_systems(python, 2 * runs, count=True)
             for name, measure in w1_systems(python, runs, count=True).items():
-                costs[name] = measure()["counts"]
+                detail[name] = measure()["counts"]
+                costs[name] = per_run_and_start_up(runs, detail[name], doubled[name]()["counts"])
         out += [
             rate_table(f"W1, {runs} runs: approval, resume, effect", "runs/s", rates, costs),
             "",
         ]
         if costs:
             out += [
-                "Per W1 run, from a separate counting run: transactions as PostgreSQL counts "
-                "them (`pg_stat_database`, every process, the bench's polling left out; a pool "
-                "pre-ping is one), statements from its statement log without BEGIN/COMMIT and "
-                "pre-pings.",
+                f"Per W1 run, from separate counting runs of {runs} and {2 * runs} runs: "
+                "transactions as PostgreSQL counts them (`pg_stat_database`, every process, the "
+                "bench's polling left out; a pool pre-ping is one), statements from its "
+                "statement log without BEGIN/COMMIT and pre-pings. Per run is what each further "
+                f"run costs (the second count less the first, over {runs}); the last column is "
+                "what is left, paid once whatever the number of runs (each process's "
+                "connections and their set-up).",
                 "",
             ]
-        if INTERLUDE in costs:
-            detail = describe_costs(costs[INTERLUDE])
-            out += ["interlude's W1 counting run, per run:", "```", detail, "```", ""]
+        if INTERLUDE in detail:
+            described = describe_costs(detail[INTERLUDE])
+            out += [
+                f"interlude's W1 counting run of {runs} runs, divided by {runs}:",
+                "```",
+                described,
+                "```",
+                "",
+            ]
     if "three" in workloads:
         print("three-step …", file=sys.stderr, flush=True)
         rates = take_turns(three_step_systems(python, runs), args.rounds, "rate")
