@@ -130,8 +130,9 @@ def per_run_and_start_up(
     The first figure is the one to compare: a run of N runs also pays each process's start-up
     (a connection's set-up, the driver's type lookups), which N dilutes but never removes.
     """
-    each = {k: (2 * runs * twice[k] - runs * once[k]) / runs for k in COUNTED}
-    return {"per_run": each, "start_up": {k: runs * once[k] - runs * each[k] for k in COUNTED}}
+    # once = start_up / runs + each, twice = start_up / (2 * runs) + each
+    each = {k: 2 * twice[k] - once[k] for k in COUNTED}
+    return {"per_run": each, "start_up": {k: runs * (once[k] - each[k]) for k in COUNTED}}
 
 
 def rate_table(title: str, unit: str, rates: dict[str, list[float]], extra: Any = None) -> str:

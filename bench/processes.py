@@ -148,6 +148,17 @@ def bench_env(database_url: str, **extra: str) -> dict[str, str]:
     }
 
 
+def floor_env() -> dict[str, str]:
+    """The environment of a worker of Celery alone (a floor, the bare chain): the bench's
+    broker, and the Redis its tasks count in."""
+    return {**os.environ, "BENCH_BROKER_URL": BROKER_URL, "BENCH_COUNTER_URL": COUNTER_URL}
+
+
+def counter() -> redis.Redis:
+    """The Redis a floor's tasks count in: the worker's (``floor_env``), or the bench's own."""
+    return redis.Redis.from_url(os.environ.get("BENCH_COUNTER_URL", COUNTER_URL))
+
+
 def floor_app(name: str, queue: str) -> Celery:
     """A Celery app for a broker floor, configured as ``worker/app.py`` configures interlude's.
 

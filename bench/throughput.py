@@ -20,7 +20,7 @@ import uuid
 import redis
 from sqlalchemy import create_engine, text
 
-from bench.processes import BROKER_URL, COUNTER_URL, exclusive, start_worker, stop_worker
+from bench.processes import BROKER_URL, counter, exclusive, floor_env, start_worker, stop_worker
 
 PG_ADMIN = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
 
@@ -33,10 +33,9 @@ def _worker(
 
 
 def bench_bare(runs: int, concurrency: int) -> float:
-    env = {**os.environ, "BENCH_BROKER_URL": BROKER_URL, "BENCH_COUNTER_URL": COUNTER_URL}
-    counter = redis.Redis.from_url(COUNTER_URL)
-    counter.delete("bare:done")
-    proc = _worker("bench.bare_chain", env, "bare", concurrency)
+    done = counter()
+    done.delete("bare:done")
+    proc = _worker("bench.bare_chain", floor_env(), "bare", concurrency)
     try:
         os.environ["BENCH_BROKER_URL"] = BROKER_URL
         from celery import chain
@@ -46,7 +45,7 @@ def bench_bare(runs: int, concurrency: int) -> float:
         start = time.perf_counter()
         for i in range(runs):
             chain(first.s({"n": i}), second.s(), third.s()).apply_async()
-        while int(counter.get("bare:done") or 0) < runs:
+        while int(done.get("bare:done") or 0) < runs:
             time.sleep(0.01)
         return runs / (time.perf_counter() - start)
     finally:

@@ -15,7 +15,6 @@ the rivals, in one process each, have no such hop.
 
 from __future__ import annotations
 
-import os
 import time
 from typing import Any
 
@@ -23,9 +22,10 @@ import redis
 
 from bench.processes import (
     BROKER_URL,
-    COUNTER_URL,
+    counter,
     exclusive,
     floor_app,
+    floor_env,
     start_worker,
     stop_worker,
 )
@@ -36,7 +36,7 @@ POLL_SECONDS = 0.005
 TIMEOUT_SECONDS = 300
 
 app = floor_app("floor", QUEUE)
-_counter = redis.Redis.from_url(os.environ.get("BENCH_COUNTER_URL", COUNTER_URL))
+_counter = counter()
 
 
 @app.task(name="floor.step")  # type: ignore[untyped-decorator]
@@ -55,8 +55,7 @@ def _wait_for(phase: str, runs: int) -> None:
 def run(runs: int) -> dict[str, Any]:
     redis.Redis.from_url(BROKER_URL).flushdb()
     _counter.delete("floor:first", "floor:second")
-    env = {**os.environ, "BENCH_BROKER_URL": BROKER_URL, "BENCH_COUNTER_URL": COUNTER_URL}
-    worker = start_worker("bench.w1_floor", env, QUEUE, ["-c", "1"])
+    worker = start_worker("bench.w1_floor", floor_env(), QUEUE, ["-c", "1"])
     try:
         start = time.perf_counter()
         for i in range(runs):

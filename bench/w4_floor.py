@@ -12,7 +12,6 @@ same ratio: steps/s ÷ (concurrency / 0.2 s). What interlude loses on top of thi
 
 from __future__ import annotations
 
-import os
 import time
 from typing import Any
 
@@ -20,9 +19,10 @@ import redis
 
 from bench.processes import (
     BROKER_URL,
-    COUNTER_URL,
+    counter,
     exclusive,
     floor_app,
+    floor_env,
     start_worker,
     stop_worker,
 )
@@ -36,7 +36,7 @@ STARTED = "floor4:started"
 DONE = "floor4:done"
 
 app = floor_app("floor4", QUEUE)
-_marks = redis.Redis.from_url(os.environ.get("BENCH_COUNTER_URL", COUNTER_URL))
+_marks = counter()
 
 
 @app.task(name="floor4.run")  # type: ignore[untyped-decorator]
@@ -51,8 +51,9 @@ def run(runs: int, concurrency: int) -> dict[str, Any]:
     _marks.delete(STARTED, DONE)
     for i in range(runs):
         two_steps.delay(i)
-    env = {**os.environ, "BENCH_BROKER_URL": BROKER_URL, "BENCH_COUNTER_URL": COUNTER_URL}
-    worker = start_worker("bench.w4_floor", env, QUEUE, ["-P", "threads", "-c", str(concurrency)])
+    worker = start_worker(
+        "bench.w4_floor", floor_env(), QUEUE, ["-P", "threads", "-c", str(concurrency)]
+    )
     try:
         deadline = time.monotonic() + TIMEOUT_SECONDS
         while int(_marks.get(DONE) or 0) < runs:
