@@ -9,7 +9,7 @@ from sqlalchemy import Table, bindparam, insert, select, update
 from sqlalchemy.orm import Session
 
 from models.db import dialect, utcnow
-from models.tables import Actor
+from models.tables import Actor, from_row
 
 ACTORS: Table = Actor.__table__  # type: ignore[assignment]
 
@@ -28,11 +28,11 @@ def get_actor(session: Session, actor_id: str, *, for_decision: bool = False) ->
     strategy = dialect(session)
 
     def build() -> Any:
-        query = select(Actor).where(Actor.id == bindparam("actor_id"))
+        query = select(*ACTORS.c).where(ACTORS.c.id == bindparam("actor_id"))
         return strategy.lock_shared(query) if for_decision else query
 
-    query = strategy.shapes.get(("actor", for_decision), build)
-    return session.execute(query, {"actor_id": actor_id}).scalar_one_or_none()
+    found = strategy.run(session, ("actor", for_decision), build, {"actor_id": actor_id}).first()
+    return None if found is None else from_row(Actor, found)
 
 
 def revoke(session: Session, actor_id: str, at: datetime) -> bool:

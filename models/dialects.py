@@ -8,7 +8,7 @@ strategy leaves queries as they are and prepares each connection for that.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Hashable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
@@ -40,6 +40,7 @@ from sqlalchemy.orm import Session
 from sqlalchemy.sql import FromClause, Insert, Select
 from sqlalchemy.sql.dml import UpdateBase
 
+from models.driver import DriverStatement, NotForDriver
 from models.statements import Shapes, Write, insert_row, param
 
 SQLITE_BUSY_TIMEOUT_MS = 30_000
@@ -91,6 +92,20 @@ class Dialect:
 
     def __init__(self) -> None:
         self.shapes = Shapes()
+
+    def run(
+        self, session: Session, shape: Hashable, build: Callable[[], Any], params: dict[str, Any]
+    ) -> Any:
+        """The statement of ``shape`` (``build()`` on first use) executed with ``params``.
+
+        On psycopg, as compiled once for the driver (``models.driver``); a statement that
+        cannot be (none of ours, so far) runs through SQLAlchemy. Only for Core statements:
+        the rows come back as tuples, not ORM objects.
+        """
+        prepared = self.shapes.get(shape, lambda: _for_driver(build(), session))
+        if isinstance(prepared, DriverStatement):
+            return prepared.execute(session, params)
+        return session.execute(prepared, params)
 
     def create(self, url: URL, pool_size: int) -> Engine:
         if url.drivername in ("postgresql", "postgres"):
@@ -179,7 +194,7 @@ class Dialect:
         params = statement.bound("m_")
         for i, write in enumerate(writes):
             params.update(write.bound(f"w{i}_"))
-        return session.execute(self.shapes.get(shape, compose), params)
+        return self.run(session, shape, compose, params)
 
     def execute(self, session: Session, write: Write) -> Any:
         """One write on its own, its statement built once for its shape."""
@@ -188,8 +203,17 @@ class Dialect:
 
     def _execute_one(self, session: Session, write: Write) -> Any:
         # (A prefix all the same: a parameter named as its column is reserved in VALUES/SET.)
-        statement = self.shapes.get(("one", write.shape), lambda: write.build("s_", None))
-        return session.execute(statement, write.bound("s_"))
+        return self.run(
+            session, ("one", write.shape), lambda: write.build("s_", None), write.bound("s_")
+        )
+
+
+def _for_driver(statement: Any, session: Session) -> Any:
+    """``statement`` compiled for psycopg, or as it is if it cannot be (SQLAlchemy runs it)."""
+    try:
+        return DriverStatement(statement, session.get_bind().dialect)
+    except NotForDriver:
+        return statement
 
 
 def count_write(session: Session) -> None:
@@ -210,6 +234,12 @@ class SQLiteDialect(Dialect):
     autocommit_options: dict[str, Any] = {}
     # (No data-modifying CTEs; in-process, the claim's read and write cost no round trip.)
     claims_in_one_statement = False
+
+    # In-process, SQLAlchemy's own execution is what there is to save little against.
+    def run(
+        self, session: Session, shape: Hashable, build: Callable[[], Any], params: dict[str, Any]
+    ) -> Any:
+        return session.execute(self.shapes.get(shape, build), params)
 
     def create(self, url: URL, pool_size: int) -> Engine:
         if url.database and url.database != ":memory:":

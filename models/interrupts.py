@@ -20,9 +20,9 @@ from sqlalchemy.sql.dml import UpdateBase
 from models.contracts import InterruptDecl
 from models.db import dialect, utcnow
 from models.enums import EventKind, InterruptStatus
-from models.runs import new_id
+from models.runs import RUNS, new_id
 from models.statements import Write, insert_row, row_values
-from models.tables import Interrupt, ResumeAttempt, Run
+from models.tables import Interrupt, ResumeAttempt, Run, from_row
 from statemachine import interrupt_destination, interrupt_sources
 
 INTERRUPTS: Table = Interrupt.__table__  # type: ignore[assignment]
@@ -100,10 +100,10 @@ def transition(session: Session, interrupt: Interrupt, trigger: str, **values: A
             .values(row_values(INTERRUPTS, columns, "to_"))
         )
 
-    statement = dialect(session).shapes.get(("interrupt_move", sources, columns), build)
     params = {f"to_{k}": v for k, v in values.items()}
-    moved = session.execute(statement, {**params, "moved_interrupt": interrupt.id})
-    if moved.rowcount != 1:  # type: ignore[attr-defined]
+    params["moved_interrupt"] = interrupt.id
+    moved = dialect(session).run(session, ("interrupt_move", sources, columns), build, params)
+    if moved.rowcount != 1:
         return False
     for key, value in values.items():
         set_committed_value(interrupt, key, value)
@@ -161,15 +161,17 @@ def lock_with_run(session: Session, interrupt_id: str) -> tuple[Interrupt, Run] 
 
     def build() -> Any:
         query = (
-            select(Interrupt, Run)
-            .join(Run, Run.id == Interrupt.run_id)
-            .where(Interrupt.id == bindparam("locked_interrupt"))
+            select(*INTERRUPTS.c, *RUNS.c)
+            .join(RUNS, RUNS.c.id == INTERRUPTS.c.run_id)
+            .where(INTERRUPTS.c.id == bindparam("locked_interrupt"))
         )
-        return strategy.lock(query, of=Interrupt)
+        return strategy.lock(query, of=INTERRUPTS)
 
-    query = strategy.shapes.get(("lock_with_run",), build)
-    found = session.execute(query, {"locked_interrupt": interrupt_id}).first()
-    return None if found is None else (found[0], found[1])
+    params = {"locked_interrupt": interrupt_id}
+    found = strategy.run(session, ("lock_with_run",), build, params).first()
+    if found is None:
+        return None
+    return from_row(Interrupt, found), from_row(Run, found, len(INTERRUPTS.c))
 
 
 def get(session: Session, interrupt_id: str) -> Interrupt | None:
@@ -242,14 +244,16 @@ def list_rows(
 
 def original_attempt(session: Session, actor_id: str, key: str) -> ResumeAttempt | None:
     """The attempt by which ``actor_id`` claimed idempotency key ``key``, if any."""
-    query = dialect(session).shapes.get(("original_attempt",), _original_attempt_query)
-    return session.execute(query, {"by_actor": actor_id, "by_key": key}).scalar_one_or_none()
+    params = {"by_actor": actor_id, "by_key": key}
+    found = dialect(session).run(session, ("original_attempt",), _original_attempt_query, params)
+    row = found.first()
+    return None if row is None else from_row(ResumeAttempt, row)
 
 
 def _original_attempt_query() -> Any:
-    return select(ResumeAttempt).where(
-        ResumeAttempt.actor_id == bindparam("by_actor"),
-        ResumeAttempt.original_key == bindparam("by_key"),
+    return select(*ATTEMPTS.c).where(
+        ATTEMPTS.c.actor_id == bindparam("by_actor"),
+        ATTEMPTS.c.original_key == bindparam("by_key"),
     )
 
 
@@ -261,9 +265,8 @@ def insert_attempt(session: Session, **values: Any) -> int:
     def build() -> Any:
         return insert(ATTEMPTS).values(row_values(ATTEMPTS, columns, "a_")).returning(ATTEMPTS.c.id)
 
-    statement = dialect(session).shapes.get(("attempt", columns), build)
-    inserted = session.execute(statement, {f"a_{k}": v for k, v in values.items()})
-    return int(inserted.scalar_one())
+    params = {f"a_{k}": v for k, v in values.items()}
+    return int(dialect(session).run(session, ("attempt", columns), build, params).scalar_one())
 
 
 def list_attempts(

@@ -50,7 +50,7 @@ from models.errors import (
     StaleStateError,
 )
 from models.statements import Write, insert_row, only_if, row_values
-from models.tables import Checkpoint, Effect, Event, Interrupt, Run
+from models.tables import Checkpoint, Effect, Event, Interrupt, Run, loaded
 from statemachine import CLAIMABLE, TERMINAL_STATES, TransitionNotAllowed, destination
 
 RUNS: Table = Run.__table__  # type: ignore[assignment]
@@ -210,18 +210,21 @@ def insert_run(
         "created_at": now,
         "updated_at": now,
     }
-    run = Run(**values)
-    first = Checkpoint(
-        id=new_id(),
-        run_id=run.id,
-        seq=0,
-        step=None,
-        next_step=first_step,
-        state={},
-        budget_consumed=0.0,
-        effects=[],
-        epoch=0,
-        created_at=now,
+    run = loaded(Run, values)
+    first = loaded(
+        Checkpoint,
+        {
+            "id": new_id(),
+            "run_id": run.id,
+            "seq": 0,
+            "step": None,
+            "next_step": first_step,
+            "state": {},
+            "budget_consumed": 0.0,
+            "effects": [],
+            "epoch": 0,
+            "created_at": now,
+        },
     )
     enqueued = events_insert(
         session,
@@ -374,9 +377,8 @@ def claim_at_once(
         "claim_now": now,
         "claim_steps": steps.param,
     }
-    statement = dialect(session).shapes.get(("claim_at_once",), _claim_at_once_statement)
     count_write(session)
-    rows = session.execute(statement, params).all()
+    rows = dialect(session).run(session, ("claim_at_once",), _claim_at_once_statement, params).all()
     return _claimed_from(rows) if rows else None
 
 
@@ -505,15 +507,17 @@ def _claimed_from(rows: Sequence[Any]) -> ClaimedRun:
     """
     first = tuple(rows[0])
     at = len(_RUN_KEYS)
-    run = Run(**dict(zip(_RUN_KEYS, first[:at], strict=True)))
+    run = loaded(Run, dict(zip(_RUN_KEYS, first[:at], strict=True)))
     claimed_from = first[at]
     at += 1
-    checkpoint = Checkpoint(
-        **dict(zip(_CHECKPOINT_KEYS, first[at : at + len(_CHECKPOINT_KEYS)], strict=True))
+    checkpoint = loaded(
+        Checkpoint, dict(zip(_CHECKPOINT_KEYS, first[at : at + len(_CHECKPOINT_KEYS)], strict=True))
     )
     at += len(_CHECKPOINT_KEYS)
     answered = [
-        Interrupt(**dict(zip(_INTERRUPT_KEYS, row[at : at + len(_INTERRUPT_KEYS)], strict=True)))
+        loaded(
+            Interrupt, dict(zip(_INTERRUPT_KEYS, row[at : at + len(_INTERRUPT_KEYS)], strict=True))
+        )
         for row in map(tuple, rows)
         if row[at] is not None
     ]
@@ -706,9 +710,8 @@ def assert_owner(session: Session, run_id: str, epoch: int) -> None:
 def renew_lease(session: Session, run_id: str, *, epoch: int, expires_at: datetime) -> bool:
     """Extend the lease held at ``epoch``; False if another owner took the run meanwhile."""
     params = {"renewed_run": run_id, "held_epoch": epoch, "renewed_until": expires_at}
-    statement = dialect(session).shapes.get(("renew_lease",), _renew_statement)
-    result = session.execute(statement, params)
-    return bool(result.rowcount == 1)  # type: ignore[attr-defined]
+    result = dialect(session).run(session, ("renew_lease",), _renew_statement, params)
+    return bool(result.rowcount == 1)
 
 
 def _renew_statement(prefix: str = "", guard: FromClause | None = None) -> Any:
@@ -766,17 +769,20 @@ def new_checkpoint(
     epoch: int,
 ) -> Checkpoint:
     """The checkpoint following the run's latest; the caller adds it with the transition."""
-    return Checkpoint(
-        id=new_id(),
-        run_id=run.id,
-        seq=run.checkpoint_seq + 1,
-        step=step,
-        next_step=next_step,
-        state=state,
-        budget_consumed=budget_consumed,
-        effects=effects,
-        epoch=epoch,
-        created_at=utcnow(),
+    return loaded(
+        Checkpoint,
+        {
+            "id": new_id(),
+            "run_id": run.id,
+            "seq": run.checkpoint_seq + 1,
+            "step": step,
+            "next_step": next_step,
+            "state": state,
+            "budget_consumed": budget_consumed,
+            "effects": effects,
+            "epoch": epoch,
+            "created_at": utcnow(),
+        },
     )
 
 

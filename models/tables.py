@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import (
     Boolean,
@@ -17,7 +18,8 @@ from sqlalchemy import (
     Text,
     UniqueConstraint,
 )
-from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.orm import DeclarativeBase, Mapped, configure_mappers, mapped_column
+from sqlalchemy.orm.instrumentation import manager_of_class
 
 from models.dialects import BigId, Json, Timestamp
 from models.enums import EffectStatus, InterruptKind, InterruptStatus, ResumeOutcome, RunState
@@ -37,6 +39,27 @@ def _values(enum: type[Any]) -> str:
 
 class Base(DeclarativeBase):
     metadata = MetaData(naming_convention=NAMING)
+
+
+B = TypeVar("B", bound=Base)
+
+
+def loaded(cls: type[B], values: Mapping[str, Any]) -> B:
+    """An instance of ``cls`` holding ``values`` as if read from its row, in no session.
+
+    As SQLAlchemy fills an object it loads: no history, no attribute events. The mapped
+    constructor (``cls(**values)``) costs about 18 µs for a run, this 1 µs, and the step path
+    makes a handful per step. ``values`` must be columns of ``cls``.
+    """
+    obj: B = manager_of_class(cls).new_instance()
+    obj.__dict__.update(values)
+    return obj
+
+
+def from_row(cls: type[B], row: Sequence[Any], start: int = 0) -> B:
+    """``loaded`` from a row holding all of ``cls``'s columns, in table order, at ``start``."""
+    keys = cls.__table__.c.keys()
+    return loaded(cls, dict(zip(keys, row[start : start + len(keys)], strict=True)))
 
 
 class Run(Base):
@@ -210,3 +233,8 @@ class Effect(Base):
     updated_at: Mapped[datetime] = mapped_column(Timestamp())
 
     __table_args__ = (CheckConstraint(f"status IN ({_values(EffectStatus)})", name="status"),)
+
+
+# ``loaded`` makes instances without the mapped constructor, which is what would configure
+# the mappers on first use: configured here, once all the tables are declared.
+configure_mappers()

@@ -1,0 +1,187 @@
+"""The hot path's statements executed on psycopg itself, compiled once (PostgreSQL only).
+
+A statement of the step and resume paths is built once per shape (``models.statements``), but
+SQLAlchemy still spends about 80 µs of CPU on each execution of it (its cache key, the
+compiled-cache lookup, an execution context, the result's objects), more than psycopg's own
+work for the statement, and a W1 run executes a dozen of them in two processes. Here such a
+statement is compiled once into psycopg's own form (its SQL text, the values SQLAlchemy would
+bind for its literals, the type conversions of its parameters and columns), and executed on
+the session's connection, inside the session's transaction: the session still begins,
+commits and rolls back, and SQLAlchemy still turns errors into its own and invalidates a
+connection found dead (``Connection._handle_dbapi_exception``), so callers and their retries
+see what they saw before. Listeners of ``before_cursor_execute`` (the tests' and the bench's
+statement counts) still hear every statement.
+
+It relies on parts of SQLAlchemy that are not its public API (the compiler's result columns,
+the types' cached processors, the connection's error handler); ``tests/integration/
+test_driver_statements.py`` holds both paths to the same results, and pyproject.toml keeps
+SQLAlchemy to the 2.x line it was written against.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from sqlalchemy import Connection
+from sqlalchemy.engine import Dialect as SQLDialect
+from sqlalchemy.orm import Session
+from sqlalchemy.sql import ClauseElement
+
+Processor = Callable[[Any], Any]
+
+_POSTCOMPILE = re.compile(r"__\[POSTCOMPILE_(\w+)\]")
+
+
+class NotForDriver(Exception):
+    """A statement this module cannot compile once for all executions: SQLAlchemy runs it."""
+
+
+class Row(tuple[Any, ...]):
+    """A result row: a tuple, whose columns are also attributes by name (the first of a name)."""
+
+    __slots__ = ()
+    _index: dict[str, int] = {}
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self[self._index[name]]
+        except KeyError:
+            raise AttributeError(name) from None
+
+
+class DriverResult:
+    """What the hot path's callers read of a result, as SQLAlchemy's ``Result`` spells it."""
+
+    __slots__ = ("_rows", "rowcount")
+
+    def __init__(self, rows: list[Row], rowcount: int) -> None:
+        self._rows = rows
+        self.rowcount = rowcount
+
+    def all(self) -> list[Row]:
+        return self._rows
+
+    def first(self) -> Row | None:
+        return self._rows[0] if self._rows else None
+
+    def scalar_one(self) -> Any:
+        if len(self._rows) != 1:
+            raise ValueError(f"expected one row, got {len(self._rows)}")
+        return self._rows[0][0]
+
+    def scalar_one_or_none(self) -> Any:
+        if len(self._rows) > 1:
+            raise ValueError(f"expected at most one row, got {len(self._rows)}")
+        return self._rows[0][0] if self._rows else None
+
+
+class DriverStatement:
+    """One statement in psycopg's form: SQL text, fixed values, conversions; run ``execute``."""
+
+    def __init__(self, statement: ClauseElement, dialect: SQLDialect) -> None:
+        compiled: Any = statement.compile(dialect=dialect)
+        if dialect.paramstyle != "pyformat" or compiled.escaped_bind_names:
+            raise NotForDriver("parameters not named as psycopg names them")
+        self._dialect = dialect
+        # Values SQLAlchemy binds on its own (literals, IN lists of constants), by name.
+        self.fixed: dict[str, Any] = {}
+        self.given: dict[str, Processor | None] = {}  # what a caller may give: its conversion
+        expanded: dict[str, str] = {}
+        for bind, name in compiled.bind_names.items():
+            if bind.callable is not None:
+                raise NotForDriver(f"parameter {name} has a value computed at execution")
+            process = bind.type._cached_bind_processor(dialect)
+            if bind.expanding:
+                if bind.required or not isinstance(bind.value, (list, tuple)) or not bind.value:
+                    raise NotForDriver(f"parameter {name} is a list given at execution")
+                names = [f"{name}_{i}" for i, _ in enumerate(bind.value, 1)]
+                for each, value in zip(names, bind.value, strict=True):
+                    self.fixed[each] = process(value) if process else value
+                expanded[name] = ", ".join(f"%({each})s" for each in names)
+            else:
+                self.given[name] = process
+                if not bind.required:
+                    self.fixed[name] = process(bind.value) if process else bind.value
+        self.sql: str = _POSTCOMPILE.sub(lambda m: expanded[m.group(1)], compiled.string)
+        if "POSTCOMPILE" in self.sql:
+            raise NotForDriver("a parameter rendered at execution remains")
+        self._required = frozenset(self.given.keys() - self.fixed.keys())
+        self._converting = {name: p for name, p in self.given.items() if p is not None}
+        columns = list(compiled._result_columns or ())
+        self._column_types = [column.type for column in columns]
+        index: dict[str, int] = {}
+        for i, column in enumerate(columns):
+            index.setdefault(column.keyname, i)
+        self._row = type("Row", (Row,), {"__slots__": (), "_index": index})
+        # Result conversions depend on the column types the server reports: found on first use
+        # (two threads racing there find the same ones).
+        self._results: list[tuple[int, Processor]] | None = None
+
+    def parameters(self, given: dict[str, Any]) -> dict[str, Any]:
+        """The values psycopg gets: the fixed ones, and the caller's, converted by type."""
+        missing = self._required - given.keys()
+        if missing:
+            raise KeyError(f"no value for parameter(s) {sorted(missing)}")
+        values = {**self.fixed}
+        converting = self._converting
+        for name, value in given.items():
+            process = converting.get(name)
+            values[name] = value if process is None else process(value)
+        return values
+
+    def execute(self, session: Session, given: dict[str, Any]) -> DriverResult:
+        conn = session.connection()
+        params = self.parameters(given)
+        cursor = conn.connection.driver_connection.cursor()  # type: ignore[union-attr]
+        if conn.dispatch.before_cursor_execute:
+            conn.dispatch.before_cursor_execute(conn, cursor, self.sql, params, None, False)
+        try:
+            cursor.execute(self.sql, params)
+            description = cursor.description
+            raw = cursor.fetchall() if description is not None else []
+            rowcount = cursor.rowcount
+        except Exception as exc:
+            _raise_as_sqlalchemy(conn, exc, self.sql, params, cursor)
+        finally:
+            cursor.close()
+        return DriverResult(self._rows(raw, description), rowcount)
+
+    def _rows(self, raw: list[Any], description: Sequence[Any] | None) -> list[Row]:
+        if not raw:
+            return []
+        results = self._results
+        if results is None:
+            results = self._results = self._result_processors(description or ())
+        make = self._row
+        if not results:
+            return [make(row) for row in raw]
+        rows = []
+        for row in raw:
+            values = list(row)
+            for i, process in results:
+                values[i] = process(values[i])
+            rows.append(make(values))
+        return rows
+
+    def _result_processors(self, description: Sequence[Any]) -> list[tuple[int, Processor]]:
+        found = []
+        for i, (type_, column) in enumerate(zip(self._column_types, description, strict=False)):
+            process = type_._cached_result_processor(self._dialect, column[1])
+            if process is not None:
+                found.append((i, process))
+        return found
+
+
+def _raise_as_sqlalchemy(
+    conn: Connection, exc: Exception, sql: str, params: Any, cursor: Any
+) -> Any:
+    """Raise ``exc`` as SQLAlchemy would have: wrapped (IntegrityError, OperationalError...),
+    the connection invalidated if it is dead, so that ``once_more_if_disconnected`` and the
+    callers' ``except IntegrityError`` work as on SQLAlchemy's own path."""
+    dbapi = conn.dialect.loaded_dbapi
+    if not isinstance(exc, dbapi.Error):
+        raise exc
+    conn._handle_dbapi_exception(exc, sql, params, cursor, None)  # raises
+    raise exc  # (not reached)
