@@ -115,6 +115,7 @@ class DriverStatement:
         for i, column in enumerate(columns):
             index.setdefault(column.keyname, i)
         self._row = type("Row", (Row,), {"__slots__": (), "_index": index})
+        self._returns_rows = bool(columns)
         # Result conversions depend on the column types the server reports: found on first use
         # (two threads racing there find the same ones).
         self._results: list[tuple[int, Processor]] | None = None
@@ -139,21 +140,21 @@ class DriverStatement:
             conn.dispatch.before_cursor_execute(conn, cursor, self.sql, params, None, False)
         try:
             cursor.execute(self.sql, params)
-            description = cursor.description
-            raw = cursor.fetchall() if description is not None else []
+            raw = cursor.fetchall() if self._returns_rows else []
+            if raw and self._results is None:
+                # (psycopg builds the description anew at each reading: read it only here.)
+                self._results = self._result_processors(cursor.description or ())
             rowcount = cursor.rowcount
         except Exception as exc:
             _raise_as_sqlalchemy(conn, exc, self.sql, params, cursor)
         finally:
             cursor.close()
-        return DriverResult(self._rows(raw, description), rowcount)
+        return DriverResult(self._rows(raw), rowcount)
 
-    def _rows(self, raw: list[Any], description: Sequence[Any] | None) -> list[Row]:
+    def _rows(self, raw: list[Any]) -> list[Row]:
         if not raw:
             return []
-        results = self._results
-        if results is None:
-            results = self._results = self._result_processors(description or ())
+        results = self._results or []
         make = self._row
         if not results:
             return [make(row) for row in raw]
