@@ -72,10 +72,15 @@ def install(role: str) -> Counts:
     ) -> None:
         found.statements += 1
         found.by_kind[kind_of(statement)] += 1
-        status = getattr(context, "cache_hit", None)
-        name = getattr(status, "name", str(status))
+        if context is None:
+            # models.driver's statements: compiled once, executed on psycopg without an
+            # execution context of SQLAlchemy's, so without a compiled-cache lookup.
+            name = "DRIVER"
+        else:
+            status = getattr(context, "cache_hit", None)
+            name = getattr(status, "name", str(status))
         found.cache[name] += 1
-        if name != "CACHE_HIT":
+        if name not in ("CACHE_HIT", "DRIVER"):
             found.compiled[f"{kind_of(statement)} ({name})"] += 1
 
     def on_commit(conn: Connection) -> None:

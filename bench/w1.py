@@ -241,7 +241,8 @@ def describe_costs(counts: dict[str, Any]) -> str:
         cache = orm.get(role, {}).get("compiled_cache")
         if cache:
             statuses = ", ".join(f"{name} {n:.2f}" for name, n in cache.items())
-            lines.append(f"      SQLAlchemy compiled cache per run: {statuses}")
+            # (DRIVER: executed by models.driver, compiled once, no cache lookup.)
+            lines.append(f"      compiled cache per run: {statuses}")
             again = ", ".join(f"{k} {n:.2f}" for k, n in orm[role]["compiled"].items())
             lines.append(f"      compiled at execution: {again}")
     lines.append("  statements by kind (server log, per run):")
