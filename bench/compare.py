@@ -135,6 +135,26 @@ def per_run_and_start_up(
     return {"per_run": each, "start_up": {k: runs * (once[k] - each[k]) for k in COUNTED}}
 
 
+def hop_plus_work(rates: dict[str, list[float]]) -> str | None:
+    """What W1's two extra rows predict for interlude on the worker, beside what it did.
+
+    A run on the worker costs about the time Celery alone takes for its two tasks plus the
+    time of interlude's own work in one process, when the two do not overlap (one prefork
+    child, the steps one after another): 1/floor + 1/in-process seconds per run.
+    """
+    if not {INTERLUDE, FLOOR, IN_PROCESS} <= rates.keys():
+        return None
+    floor, own, measured = (
+        statistics.median(rates[name]) for name in (FLOOR, IN_PROCESS, INTERLUDE)
+    )
+    per_run_ms = 1000 / floor + 1000 / own
+    return (
+        f"The broker's floor and interlude's own work added: {1000 / floor:.2f} ms + "
+        f"{1000 / own:.2f} ms = {per_run_ms:.2f} ms per run, {1000 / per_run_ms:.1f} runs/s, "
+        f"against {measured:.1f} measured on the worker."
+    )
+
+
 def rate_table(title: str, unit: str, rates: dict[str, list[float]], extra: Any = None) -> str:
     """A Markdown table: median, the rounds, and interlude's median over each system's."""
     medians = {name: statistics.median(values) for name, values in rates.items()}
@@ -205,6 +225,9 @@ def main() -> None:
             rate_table(f"W1, {runs} runs: approval, resume, effect", "runs/s", rates, costs),
             "",
         ]
+        added = hop_plus_work(rates)
+        if added:
+            out += [added, ""]
         if costs:
             out += [
                 f"Per W1 run, from separate counting runs of {runs} and {2 * runs} runs: "

@@ -1,10 +1,10 @@
-"""bench.compare's per-run counts: what each further run costs, start-up apart."""
+"""bench.compare's arithmetic: per-run counts (start-up apart), and the hop plus the work."""
 
 from __future__ import annotations
 
 from pytest import approx
 
-from bench.compare import per_run_and_start_up
+from bench.compare import FLOOR, IN_PROCESS, INTERLUDE, hop_plus_work, per_run_and_start_up
 
 
 def _per_run(runs: int, start_up: float, each: float) -> dict[str, float]:
@@ -29,3 +29,17 @@ def test_a_cost_that_grows_with_the_runs_stays_in_the_cost_of_a_run() -> None:
 
     assert costs["per_run"]["transactions"] == approx(8.5)
     assert costs["start_up"]["transactions"] == approx(0)
+
+
+def test_the_floor_and_the_own_work_add_up_per_run() -> None:
+    # Celery alone at 250 runs/s (4 ms a run), interlude's work at 125 (8 ms): 12 ms, 83.3/s.
+    rates = {INTERLUDE: [80.0, 81.0, 79.0], FLOOR: [250.0, 240.0, 260.0], IN_PROCESS: [125.0]}
+
+    said = hop_plus_work(rates)
+
+    assert said is not None
+    assert "4.00 ms + 8.00 ms = 12.00 ms per run, 83.3 runs/s, against 80.0 measured" in said
+
+
+def test_without_both_extra_rows_nothing_is_predicted() -> None:
+    assert hop_plus_work({INTERLUDE: [80.0], FLOOR: [250.0]}) is None
