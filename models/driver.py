@@ -136,16 +136,16 @@ class DriverStatement:
         conn = session.connection()
         params = self.parameters(given)
         cursor = conn.connection.driver_connection.cursor()  # type: ignore[union-attr]
-        if conn.dispatch.before_cursor_execute:
-            conn.dispatch.before_cursor_execute(conn, cursor, self.sql, params, None, False)
         try:
+            if conn.dispatch.before_cursor_execute:
+                conn.dispatch.before_cursor_execute(conn, cursor, self.sql, params, None, False)
             cursor.execute(self.sql, params)
             raw = cursor.fetchall() if self._returns_rows else []
             if raw and self._results is None:
                 # (psycopg builds the description anew at each reading: read it only here.)
                 self._results = self._result_processors(cursor.description or ())
             rowcount = cursor.rowcount
-        except Exception as exc:
+        except BaseException as exc:
             _raise_as_sqlalchemy(conn, exc, self.sql, params, cursor)
         finally:
             cursor.close()
@@ -176,13 +176,13 @@ class DriverStatement:
 
 
 def _raise_as_sqlalchemy(
-    conn: Connection, exc: Exception, sql: str, params: Any, cursor: Any
+    conn: Connection, exc: BaseException, sql: str, params: Any, cursor: Any
 ) -> Any:
-    """Raise ``exc`` as SQLAlchemy would have: wrapped (IntegrityError, OperationalError...),
-    the connection invalidated if it is dead, so that ``once_more_if_disconnected`` and the
-    callers' ``except IntegrityError`` work as on SQLAlchemy's own path."""
-    dbapi = conn.dialect.loaded_dbapi
-    if not isinstance(exc, dbapi.Error):
-        raise exc
-    conn._handle_dbapi_exception(exc, sql, params, cursor, None)  # raises
-    raise exc  # (not reached)
+    """Raise ``exc`` as SQLAlchemy would have: a driver error wrapped (IntegrityError,
+    OperationalError...) and the connection invalidated if it is dead, so that
+    ``once_more_if_disconnected`` and the callers' ``except IntegrityError`` work as on
+    SQLAlchemy's own path; the connection invalidated too when an interruption (Ctrl-C, a
+    process exiting) stopped it in the middle of a statement; anything else as it is."""
+    if isinstance(exc, conn.dialect.loaded_dbapi.Error) or not isinstance(exc, Exception):
+        conn._handle_dbapi_exception(exc, sql, params, cursor, None)  # raises
+    raise exc

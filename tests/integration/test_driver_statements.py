@@ -12,12 +12,12 @@ from typing import Any
 
 import psycopg
 import pytest
-from sqlalchemy import bindparam, insert, literal, select, text
+from sqlalchemy import bindparam, event, insert, literal, select, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError, IntegrityError
 
 from models import runs as store
-from models.db import dialect, once_more_if_disconnected, transaction, utcnow
+from models.db import dialect, get_engine, once_more_if_disconnected, transaction, utcnow
 from models.driver import DriverStatement, NotForDriver
 from models.enums import RunState
 from models.runs import CHECKPOINTS, RUNS
@@ -183,3 +183,28 @@ def test_a_given_value_overrides_a_bound_one_and_is_converted(pg: str) -> None:
         ours = tuple(driver.execute(session, {"n": 7, "at": later}).all()[0])
         theirs = tuple(session.execute(statement, {"n": 7, "at": later}).all()[0])
     assert ours == theirs == (7, later)
+
+
+def test_an_interrupted_statement_leaves_its_connection_out_of_the_pool(
+    pg: str, tasks: TaskRecorder
+) -> None:
+    # Given the backend of the connection the pool hands out next
+    with transaction(readonly=True) as session:
+        before = session.execute(text("SELECT pg_backend_pid()")).scalar_one()
+    statement = select(RUNS.c.id).where(RUNS.c.id == bindparam("rid"))
+
+    def interrupt(*_: object) -> None:
+        raise KeyboardInterrupt
+
+    # When a driver statement on it is interrupted (Ctrl-C, a process told to exit)...
+    engine = get_engine(pg)
+    event.listen(engine, "before_cursor_execute", interrupt)
+    try:
+        with pytest.raises(KeyboardInterrupt), transaction(readonly=True) as session:
+            dialect(session).run(session, ("test_interrupted",), lambda: statement, {"rid": "x"})
+    finally:
+        event.remove(engine, "before_cursor_execute", interrupt)
+    # ...then that connection, in an unknown state, is not handed out again
+    with transaction(readonly=True) as session:
+        after = session.execute(text("SELECT pg_backend_pid()")).scalar_one()
+    assert after != before
