@@ -72,7 +72,7 @@ def install(role: str) -> Counts:
     ) -> None:
         found.statements += 1
         found.by_kind[kind_of(statement)] += 1
-        if context is None:
+        if getattr(context, "driver", False):
             # models.driver's statements: compiled once, executed on psycopg without an
             # execution context of SQLAlchemy's, so without a compiled-cache lookup.
             name = "DRIVER"

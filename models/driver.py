@@ -10,7 +10,8 @@ the session's connection, inside the session's transaction: the session still be
 commits and rolls back, and SQLAlchemy still turns errors into its own and invalidates a
 connection found dead (``Connection._handle_dbapi_exception``), so callers and their retries
 see what they saw before. Listeners of ``before_cursor_execute`` (the tests' and the bench's
-statement counts) still hear every statement.
+statement counts, tracing instrumentation) still hear every statement, with an execution
+context of this module's own (``DriverContext``), and ``after_cursor_execute`` ones too.
 
 It relies on parts of SQLAlchemy that are not its public API (the compiler's result columns,
 the types' cached processors, the connection's error handler); ``tests/integration/
@@ -77,6 +78,24 @@ class DriverResult:
         return self._rows[0][0] if self._rows else None
 
 
+class DriverContext:
+    """The execution context ``before_cursor_execute`` and ``after_cursor_execute`` listeners
+    get for a driver statement, in place of SQLAlchemy's (there is none: nothing was compiled
+    at execution). Listeners may keep what they need between the two events on it, as
+    tracing instrumentation keeps its span; ``driver`` tells it from SQLAlchemy's own."""
+
+    driver = True
+    compiled = None
+    cache_hit = None
+    executemany = False
+
+    def __init__(self, connection: Connection, cursor: Any, statement: str, parameters: Any):
+        self.connection = connection
+        self.cursor = cursor
+        self.statement = statement
+        self.parameters = parameters
+
+
 class DriverStatement:
     """One statement in psycopg's form: SQL text, fixed values, conversions; run ``execute``."""
 
@@ -137,14 +156,18 @@ class DriverStatement:
         params = self.parameters(given)
         cursor = conn.connection.driver_connection.cursor()  # type: ignore[union-attr]
         try:
-            if conn.dispatch.before_cursor_execute:
-                conn.dispatch.before_cursor_execute(conn, cursor, self.sql, params, None, False)
+            context = None
+            if conn.dispatch.before_cursor_execute or conn.dispatch.after_cursor_execute:
+                context = DriverContext(conn, cursor, self.sql, params)
+                conn.dispatch.before_cursor_execute(conn, cursor, self.sql, params, context, False)
             cursor.execute(self.sql, params)
             raw = cursor.fetchall() if self._returns_rows else []
             if raw and self._results is None:
                 # (psycopg builds the description anew at each reading: read it only here.)
                 self._results = self._result_processors(cursor.description or ())
             rowcount = cursor.rowcount
+            if context is not None:
+                conn.dispatch.after_cursor_execute(conn, cursor, self.sql, params, context, False)
         except BaseException as exc:
             _raise_as_sqlalchemy(conn, exc, self.sql, params, cursor)
         finally:

@@ -18,7 +18,7 @@ from sqlalchemy.exc import DBAPIError, IntegrityError
 
 from models import runs as store
 from models.db import dialect, get_engine, once_more_if_disconnected, transaction, utcnow
-from models.driver import DriverStatement, NotForDriver
+from models.driver import DriverResult, DriverStatement, NotForDriver
 from models.enums import RunState
 from models.runs import CHECKPOINTS, RUNS
 from tests.services import statements_sent
@@ -168,6 +168,38 @@ def test_listeners_hear_every_driver_statement(pg: str, tasks: TaskRecorder) -> 
     with statements_sent(pg) as sent, transaction(readonly=True) as session:
         dialect(session).run(session, ("test_heard",), lambda: statement, {"rid": run_id})
     assert sent == ["SELECT"]
+
+
+def test_tracing_listeners_keep_their_state_on_the_context_between_before_and_after(
+    pg: str, tasks: TaskRecorder
+) -> None:
+    # Given listeners as tracing instrumentation registers them: a span opened before the
+    # statement and kept on its execution context, closed after it
+    run_id = enqueue_run("three_steps", {"n": 1})
+    statement = select(RUNS.c.id).where(RUNS.c.id == bindparam("rid"))
+    closed: list[tuple[str, str]] = []
+
+    def before(conn: object, cursor: object, sql: str, *rest: Any) -> None:
+        rest[1].span = ("span", sql.split(None, 1)[0])
+
+    def after(conn: object, cursor: object, sql: str, *rest: Any) -> None:
+        closed.append(rest[1].span)
+
+    engine = get_engine(pg)
+    event.listen(engine, "before_cursor_execute", before)
+    event.listen(engine, "after_cursor_execute", after)
+    try:
+        # When a driver statement runs
+        with transaction(readonly=True) as session:
+            found = dialect(session).run(
+                session, ("test_traced",), lambda: statement, {"rid": run_id}
+            )
+    finally:
+        event.remove(engine, "before_cursor_execute", before)
+        event.remove(engine, "after_cursor_execute", after)
+    # Then both were called, on one context of the driver's, and the statement still ran
+    assert isinstance(found, DriverResult)
+    assert closed == [("span", "SELECT")]
 
 
 def test_a_given_value_overrides_a_bound_one_and_is_converted(pg: str) -> None:
