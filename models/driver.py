@@ -106,7 +106,8 @@ class DriverStatement:
         self._dialect = dialect
         # Values SQLAlchemy binds on its own (literals, IN lists of constants), by name.
         self.fixed: dict[str, Any] = {}
-        self.given: dict[str, Processor | None] = {}  # what a caller may give: its conversion
+        required: set[str] = set()  # the values a caller must give
+        self._converting: dict[str, Processor] = {}  # the type conversion of a given value
         expanded: dict[str, str] = {}
         for bind, name in compiled.bind_names.items():
             if bind.callable is not None:
@@ -120,14 +121,16 @@ class DriverStatement:
                     self.fixed[each] = process(value) if process else value
                 expanded[name] = ", ".join(f"%({each})s" for each in names)
             else:
-                self.given[name] = process
-                if not bind.required:
+                if process is not None:
+                    self._converting[name] = process
+                if bind.required:
+                    required.add(name)
+                else:
                     self.fixed[name] = process(bind.value) if process else bind.value
         self.sql: str = _POSTCOMPILE.sub(lambda m: expanded[m.group(1)], compiled.string)
         if "POSTCOMPILE" in self.sql:
             raise NotForDriver("a parameter rendered at execution remains")
-        self._required = frozenset(self.given.keys() - self.fixed.keys())
-        self._converting = {name: p for name, p in self.given.items() if p is not None}
+        self._required = frozenset(required)
         columns = list(compiled._result_columns or ())
         self._column_types = [column.type for column in columns]
         index: dict[str, int] = {}

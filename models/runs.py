@@ -50,7 +50,16 @@ from models.errors import (
     StaleStateError,
 )
 from models.statements import Write, insert_row, only_if, row_values
-from models.tables import Checkpoint, Effect, Event, Interrupt, Run, loaded
+from models.tables import (
+    Checkpoint,
+    Effect,
+    Event,
+    Interrupt,
+    Run,
+    column_keys,
+    from_row,
+    loaded,
+)
 from statemachine import CLAIMABLE, TERMINAL_STATES, TransitionNotAllowed, destination
 
 RUNS: Table = Run.__table__  # type: ignore[assignment]
@@ -485,8 +494,6 @@ def _claim_at_once_statement() -> Any:
 # The claim's result columns: the run's, whence it was claimed, its checkpoint's, and of each
 # answer what the step is told (``worker.context.ResolvedInterrupt``). (Kept short: psycopg
 # parses a statement longer than 4096 characters again at every execution.)
-_RUN_KEYS = tuple(RUNS.c.keys())
-_CHECKPOINT_KEYS = tuple(CHECKPOINTS.c.keys())
 _INTERRUPT_KEYS = (
     "id",
     "name",
@@ -505,20 +512,17 @@ def _claimed_from(rows: Sequence[Any]) -> ClaimedRun:
     what follows only reads them and writes by compare-and-set on their values. The answers
     carry only the fields a step is told of them (``_INTERRUPT_KEYS``).
     """
-    first = tuple(rows[0])
-    at = len(_RUN_KEYS)
-    run = loaded(Run, dict(zip(_RUN_KEYS, first[:at], strict=True)))
+    first = rows[0]
+    run = from_row(Run, first)
+    at = len(column_keys(Run))
     claimed_from = first[at]
-    at += 1
-    checkpoint = loaded(
-        Checkpoint, dict(zip(_CHECKPOINT_KEYS, first[at : at + len(_CHECKPOINT_KEYS)], strict=True))
-    )
-    at += len(_CHECKPOINT_KEYS)
+    checkpoint = from_row(Checkpoint, first, at + 1)
+    at += 1 + len(column_keys(Checkpoint))
     answered = [
         loaded(
             Interrupt, dict(zip(_INTERRUPT_KEYS, row[at : at + len(_INTERRUPT_KEYS)], strict=True))
         )
-        for row in map(tuple, rows)
+        for row in rows
         if row[at] is not None
     ]
     return ClaimedRun(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from datetime import datetime
+from functools import cache
 from typing import Any, TypeVar
 
 from sqlalchemy import (
@@ -58,8 +59,14 @@ def loaded(cls: type[B], values: Mapping[str, Any]) -> B:
 
 def from_row(cls: type[B], row: Sequence[Any], start: int = 0) -> B:
     """``loaded`` from a row holding all of ``cls``'s columns, in table order, at ``start``."""
-    keys = cls.__table__.c.keys()
+    keys = column_keys(cls)
     return loaded(cls, dict(zip(keys, row[start : start + len(keys)], strict=True)))
+
+
+@cache
+def column_keys(cls: type[Base]) -> tuple[str, ...]:
+    """The columns of ``cls``'s table, in order (asked once per class: the hot path asks)."""
+    return tuple(cls.__table__.c.keys())
 
 
 class Run(Base):
