@@ -130,6 +130,10 @@ class Dialect:
         """Rows read to decide, that must not change before commit."""
         return query.with_for_update(read=True)
 
+    def epoch_seconds(self, timestamp: Any) -> Any:
+        """``timestamp`` (a ``Timestamp`` column) as seconds since 1970, a number in SQL."""
+        return func.extract("epoch", timestamp)
+
     def insert_unless_present(self, table: Table, *key: str) -> Insert:
         """An INSERT that writes nothing (no error) when ``key`` is already taken."""
         return postgresql.insert(table).on_conflict_do_nothing(index_elements=list(key))
@@ -257,6 +261,10 @@ class SQLiteDialect(Dialect):
 
     def lock_shared(self, query: S) -> S:
         return query
+
+    def epoch_seconds(self, timestamp: Any) -> Any:
+        # Stored as naive UTC text, which julianday() reads; 2440587.5 is 1970-01-01's day.
+        return (func.julianday(timestamp) - 2440587.5) * 86400.0
 
     def insert_unless_present(self, table: Table, *key: str) -> Insert:
         return sqlite.insert(table).on_conflict_do_nothing(index_elements=list(key))

@@ -821,23 +821,56 @@ def expired_leases(session: Session, now: datetime, batch: int) -> list[Run]:
 
 
 def unclaimed(
-    session: Session, *, cutoff: datetime, now: datetime, batch: int
+    session: Session, *, now: datetime, first_wait: float, longest_wait: float, batch: int
 ) -> list[tuple[str, str, int, str, str | None]]:
-    """``(id, state, version, flow, next step)`` of claimable runs published before ``cutoff``."""
+    """``(id, state, version, flow, next step)`` of claimable runs due to be published again.
+
+    A run is due ``first_wait`` seconds after its dispatch; each republish then waits as long
+    as the run had gone unclaimed when it was made (its dispatch less its last transition,
+    ``updated_at``), so the waits double, up to ``longest_wait``. A backlog that only makes
+    runs wait their turn then costs a few duplicate messages per run, not one per interval,
+    and a message truly lost is still sent again after ``first_wait``.
+    """
+    strategy = dialect(session)
+    dispatched = Run.dispatched_at
+    doubled = (
+        2 * strategy.epoch_seconds(dispatched) - strategy.epoch_seconds(Run.updated_at)
+        <= now.timestamp()
+    )
     query = (
         select(Run.id, Run.state, Run.state_version, Run.flow_name, Run.next_step)
         .where(
             Run.state.in_(CLAIMABLE),
-            or_(Run.dispatched_at.is_(None), Run.dispatched_at < cutoff),
+            or_(
+                dispatched.is_(None),
+                and_(
+                    dispatched < now - timedelta(seconds=first_wait),
+                    or_(dispatched < now - timedelta(seconds=longest_wait), doubled),
+                ),
+            ),
             or_(Run.not_before.is_(None), Run.not_before <= now),
         )
-        .order_by(Run.dispatched_at)
+        .order_by(dispatched)
         .limit(batch)
     )
-    rows = session.execute(dialect(session).lock_or_skip(query)).all()
+    rows = session.execute(strategy.lock_or_skip(query)).all()
     return [
         (str(r.id), str(r.state), int(r.state_version), str(r.flow_name), r.next_step) for r in rows
     ]
+
+
+def forget_dispatch(session: Session, run_ids: Collection[str], *, at: datetime) -> None:
+    """The republishes of ``run_ids`` made ``at`` failed: due again at the reaper's next pass.
+
+    Without this a publish refused by a broker that is down would count as one made, and the
+    run would wait out its doubled wait after the broker is back. Only rows still carrying
+    that dispatch change.
+    """
+    session.execute(
+        update(RUNS)
+        .where(RUNS.c.id.in_(list(run_ids)), RUNS.c.dispatched_at == at)
+        .values(dispatched_at=None)
+    )
 
 
 def mark_redispatched(

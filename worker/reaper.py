@@ -23,6 +23,9 @@ from worker import dispatch
 
 log = logging.getLogger(__name__)
 ACTOR = "system:reaper"
+# A run left unclaimed is published again after INTERLUDE_REDISPATCH_AFTER, then after waits
+# that double, up to this many times that.
+REDISPATCH_WAIT_LIMIT = 10
 
 
 def reap(now: datetime | None = None, batch: int | None = None) -> int:
@@ -113,7 +116,13 @@ def _redispatch_unclaimed(now: datetime, batch: int, redispatch_after: float) ->
     cutoff = now - timedelta(seconds=redispatch_after)
     due: list[tuple[str, bool, str, str | None]] = []
     with transaction() as session:
-        unclaimed = store.unclaimed(session, cutoff=cutoff, now=now, batch=batch)
+        unclaimed = store.unclaimed(
+            session,
+            now=now,
+            first_wait=redispatch_after,
+            longest_wait=redispatch_after * REDISPATCH_WAIT_LIMIT,
+            batch=batch,
+        )
         for run_id, state, version, flow_name, step in unclaimed:
             # The conditional update elects one reaper per stale dispatch.
             if store.mark_redispatched(
@@ -129,11 +138,16 @@ def _redispatch_unclaimed(now: datetime, batch: int, redispatch_after: float) ->
                     at=now,
                 )
                 due.append((run_id, state == RunState.RESUMING.value, flow_name, step))
+    failed = []
     for run_id, resuming, flow_name, step in due:
         log.warning(
             "run unclaimed since before %s; republished",
             cutoff.isoformat(),
             extra={"action": "redispatch", "run_id": run_id},
         )
-        dispatch.publish_step(run_id, flow=flow_name, step=step, resume=resuming)
+        if not dispatch.publish_step(run_id, flow=flow_name, step=step, resume=resuming):
+            failed.append(run_id)
+    if failed:
+        with transaction() as session:
+            store.forget_dispatch(session, failed, at=now)
     return len(due)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import timedelta
+from itertools import pairwise
 from typing import Any
 
 from sqlalchemy import select, update
@@ -15,12 +16,13 @@ from tests.flows.effects import applied, calls
 from worker import (
     ResumeContract,
     add_actor,
+    dispatch,
     enqueue_run,
     get_run,
     list_interrupts,
     submit_resume,
 )
-from worker.reaper import reap
+from worker.reaper import REDISPATCH_WAIT_LIMIT, reap
 from worker.tasknames import TASK_RESUME, TASK_STEP
 from worker.testing import TaskRecorder
 
@@ -145,6 +147,71 @@ def test_lost_publish_is_republished_once_and_the_run_finishes(tasks: TaskRecord
     # Then the run is claimed and finishes
     tasks.drain()
     assert get_run(run_id).state == "succeeded"
+
+
+def test_a_run_left_unclaimed_is_republished_after_waits_that_double(tasks: TaskRecorder) -> None:
+    # Given a queued run that no worker claims for twenty minutes (a backlog, or no worker),
+    # its last transition and its dispatch at start
+    start = utcnow() - timedelta(hours=2)
+    run_id = _queued()
+    with transaction() as session:
+        _set_fields(session, run_id, updated_at=start, dispatched_at=start)
+    first = get_settings().redispatch_after
+    limit = first * REDISPATCH_WAIT_LIMIT
+    interval = 10  # seconds between reaper passes, as beat runs them by default
+    # When the reaper passes every ten seconds
+    republished = [
+        t for t in range(interval, 1200 + 1, interval) if reap(now=start + timedelta(seconds=t))
+    ]
+    # Then the first republish comes at the first pass after INTERLUDE_REDISPATCH_AFTER, as a
+    # lost message needs
+    assert republished[0] == first + interval
+    # And each later wait lasts as long as the run had gone unclaimed then (up to the limit),
+    # to the first pass after it: the waits double
+    for before, after in pairwise(republished):
+        wait = min(before, limit)
+        assert wait <= after - before <= wait + interval, republished
+    # So the run is published a few times, not once every INTERLUDE_REDISPATCH_AFTER
+    assert len(republished) <= 7, republished
+    assert len(tasks.pending) == len(republished)
+    assert len(_events(run_id, "republish")) == len(republished)
+    # And it still runs once a worker takes it
+    tasks.drain()
+    assert get_run(run_id).state == "succeeded"
+
+
+def test_a_republish_the_broker_refused_is_tried_again_at_the_next_pass(
+    tasks: TaskRecorder,
+) -> None:
+    # Given a run unclaimed for ten minutes, republished a minute ago (its next wait: ten)
+    now = utcnow()
+    run_id = _queued()
+    with transaction() as session:
+        _set_fields(
+            session,
+            run_id,
+            updated_at=now - timedelta(minutes=10),
+            dispatched_at=now - timedelta(minutes=1),
+        )
+    assert reap(now=now) == 0
+
+    # When the reaper's next republish of it fails (the broker is down)
+    def broker_down(*_: Any, **__: Any) -> None:
+        raise ConnectionError("broker down")
+
+    previous = dispatch.set_publisher(broker_down)
+    try:
+        later = now + timedelta(minutes=10)
+        assert reap(now=later) == 1
+    finally:
+        dispatch.set_publisher(previous)
+    assert tasks.pending == []
+    # Then the failed publish does not count as one: the next pass sends it, once
+    next_pass = later + timedelta(seconds=10)
+    assert reap(now=next_pass) == 1
+    assert reap(now=next_pass + timedelta(seconds=10)) == 0
+    assert [(t.name, t.run_id) for t in tasks.pending] == [(TASK_STEP, run_id)]
+    assert _run_row(run_id).dispatched_at == next_pass
 
 
 def test_run_waiting_for_its_retry_backoff_is_not_republished(db: str) -> None:
