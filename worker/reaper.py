@@ -24,8 +24,8 @@ from worker import dispatch
 log = logging.getLogger(__name__)
 ACTOR = "system:reaper"
 # A run left unclaimed is published again after INTERLUDE_REDISPATCH_AFTER, then after waits
-# that double, up to this many times that.
-REDISPATCH_WAIT_LIMIT = 10
+# that double, up to this many times that (a message a restarted broker lost waits no longer).
+REDISPATCH_WAIT_LIMIT = 4
 
 
 def reap(now: datetime | None = None, batch: int | None = None) -> int:
