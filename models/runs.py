@@ -828,8 +828,9 @@ def unclaimed(
     A run is due ``first_wait`` seconds after its dispatch; each republish then waits as long
     as the run had gone unclaimed when it was made (its dispatch less its last transition,
     ``updated_at``), so the waits double, up to ``longest_wait``. A backlog that only makes
-    runs wait their turn then costs a few duplicate messages per run, not one per interval,
-    and a message truly lost is still sent again after ``first_wait``.
+    runs wait their turn then costs a duplicate message per doubling and one per
+    ``longest_wait`` after, not one per ``first_wait``; a message truly lost is still sent
+    again after ``first_wait``, and one a restarted broker lost after ``longest_wait`` at most.
     """
     strategy = dialect(session)
     dispatched = Run.dispatched_at
