@@ -1,12 +1,15 @@
 """W1, the approval path: runs/s of interlude, and what one run costs the database.
 
-    .venv/bin/python -m bench.w1 --runs 200 [--count] [--json]
+    .venv/bin/python -m bench.w1 --runs 200 [--count] [--cpu] [--json]
 
 PostgreSQL and Redis local, one ``celery -A worker worker -c 1`` (prefork, one child), and this
 process as the caller: it enqueues N runs of ``bench_w1`` (one approval interrupt, then a step
 with one ``ctx.effect``), waits until all N wait, resumes each through ``submit_resume`` as a
 real actor with a credential (the contract built from the interrupt's view), and waits until
 all N succeeded. The rate is N over the whole of it, first enqueue to last finish.
+
+``--cpu`` adds the CPU each process spent per run (``bench.cpu``): the caller, the worker's
+parent and child, PostgreSQL, Redis.
 
 ``--count`` does a separate counting run instead (slower, never timed): the worker is
 ``celery -A bench.counting_app worker -c 1`` and this process counts its own statements too;
@@ -31,7 +34,7 @@ from typing import Any
 import psycopg
 import redis
 
-from bench import pg
+from bench import cpu, pg
 from bench.processes import (
     BROKER_URL,
     INTERLUDE_QUEUES,
@@ -43,6 +46,7 @@ from bench.processes import (
 
 ACTOR = "bench-approver"
 POLL_SECONDS = 0.02
+CPU_HELP = "also the CPU each process spent per run (from /proc)"
 TIMEOUT_SECONDS = 180  # a phase that takes longer has stalled (see broker_queues)
 
 
@@ -137,8 +141,9 @@ def configure(url: str, counts_dir: str | None) -> None:
     dispose_engines()
 
 
-def run(runs: int, *, count: bool = False) -> dict[str, Any]:
-    """One W1 measurement in a database of its own; with ``count``, the counting run."""
+def run(runs: int, *, count: bool = False, measure_cpu: bool = False) -> dict[str, Any]:
+    """One W1 measurement in a database of its own; with ``count``, the counting run; with
+    ``measure_cpu``, the CPU each process spent on it."""
     if count:
         pg.check_log()
     redis.Redis.from_url(BROKER_URL).flushdb()
@@ -167,7 +172,9 @@ def run(runs: int, *, count: bool = False) -> dict[str, Any]:
                 from bench import counting
 
                 counting.install("caller")
+            before = cpu.snapshot() if measure_cpu else {}
             phases = _workload(runs, credential, poller)
+            after = cpu.snapshot() if measure_cpu else {}
         finally:
             stop_worker(worker)
             poller.close()
@@ -179,6 +186,8 @@ def run(runs: int, *, count: bool = False) -> dict[str, Any]:
             "rate": runs / seconds,
             "phases": phases,
         }
+        if measure_cpu:
+            result["cpu"] = cpu.by_role(before, after, caller=os.getpid(), worker=worker.pid)
         if count:
             from bench import counting
 
@@ -211,6 +220,8 @@ def report(result: dict[str, Any]) -> str:
         "  phases ended at: "
         + ", ".join(f"{name} {at:.2f} s" for name, at in result["phases"].items()),
     ]
+    if "cpu" in result:
+        lines.append("  " + cpu.describe(result["cpu"], result["runs"], result["seconds"]))
     if "counts" in result:
         lines.append(describe_costs(result["counts"]))
     return "\n".join(lines)
@@ -250,20 +261,26 @@ def describe_costs(counts: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def rate_main(description: str, run: Callable[[int], dict[str, Any]], label: str) -> None:
-    """The command of a W1 variant that only measures a rate: ``--runs N [--json]``."""
+def rate_main(
+    description: str, run: Callable[..., dict[str, Any]], label: str, *, cpu_option: bool = False
+) -> None:
+    """The command of a W1 variant that only measures a rate: ``--runs N [--json]``, and
+    ``--cpu`` where ``run`` takes ``measure_cpu``."""
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--runs", type=int, default=200)
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    if cpu_option:
+        parser.add_argument("--cpu", action="store_true", help=CPU_HELP)
     args = parser.parse_args()
-    result = run(args.runs)
+    result = run(args.runs, measure_cpu=True) if getattr(args, "cpu", False) else run(args.runs)
     if args.json:
         print(json.dumps(result))
-    else:
-        print(
-            f"{label}: {result['runs']} runs in {result['seconds']:.2f} s"
-            f" = {result['rate']:.1f} runs/s"
-        )
+        return
+    print(
+        f"{label}: {result['runs']} runs in {result['seconds']:.2f} s = {result['rate']:.1f} runs/s"
+    )
+    if "cpu" in result:
+        print("  " + cpu.describe(result["cpu"], result["runs"], result["seconds"]))
 
 
 def main() -> None:
@@ -272,9 +289,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--runs", type=int, default=200)
     parser.add_argument("--count", action="store_true", help="the counting run (not timed)")
+    parser.add_argument("--cpu", action="store_true", help=CPU_HELP)
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     args = parser.parse_args()
-    result = run(args.runs, count=args.count)
+    result = run(args.runs, count=args.count, measure_cpu=args.cpu)
     print(json.dumps(result) if args.json else report(result))
 
 

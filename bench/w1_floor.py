@@ -1,6 +1,6 @@
 """W1's broker floor: what Celery alone costs for the two tasks of each W1 run, nothing durable.
 
-    .venv/bin/python -m bench.w1_floor --runs 200 [--json]
+    .venv/bin/python -m bench.w1_floor --runs 200 [--cpu] [--json]
 
 A W1 run is two Celery tasks in interlude: its first step (published by ``enqueue_run``), which
 stops on the approval, and the resume (published by ``submit_resume``), which runs the final
@@ -9,17 +9,22 @@ on a worker configured as interlude's is (JSON, late acks, prefetch 1, task even
 events on, ``-c 1`` prefork, ``-l info``) against the same Redis: the caller publishes N first
 tasks, waits until all ran, publishes N second tasks, waits until all ran. No database at all.
 
+``--cpu`` adds the CPU each process spent per run: the caller, the worker's parent and child,
+Redis (as ``bench.w1 --cpu`` does for interlude).
+
 Whatever interlude does per run comes on top of this, so W1 can be no faster than this rate;
 the rivals, in one process each, have no such hop.
 """
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Any
 
 import redis
 
+from bench import cpu
 from bench.processes import (
     BROKER_URL,
     counter,
@@ -52,11 +57,12 @@ def _wait_for(phase: str, runs: int) -> None:
         time.sleep(POLL_SECONDS)
 
 
-def run(runs: int) -> dict[str, Any]:
+def run(runs: int, *, measure_cpu: bool = False) -> dict[str, Any]:
     redis.Redis.from_url(BROKER_URL).flushdb()
     _counter.delete("floor:first", "floor:second")
     worker = start_worker("bench.w1_floor", floor_env(), QUEUE, ["-c", "1"])
     try:
+        before = cpu.snapshot() if measure_cpu else {}
         start = time.perf_counter()
         for i in range(runs):
             step.delay(i, "first")
@@ -65,11 +71,15 @@ def run(runs: int) -> dict[str, Any]:
             step.delay(i, "second")
         _wait_for("second", runs)
         seconds = time.perf_counter() - start
+        after = cpu.snapshot() if measure_cpu else {}
     finally:
         stop_worker(worker)
-    return {"runs": runs, "seconds": seconds, "rate": runs / seconds}
+    result: dict[str, Any] = {"runs": runs, "seconds": seconds, "rate": runs / seconds}
+    if measure_cpu:
+        result["cpu"] = cpu.by_role(before, after, caller=os.getpid(), worker=worker.pid)
+    return result
 
 
 if __name__ == "__main__":
     with exclusive("bench.w1_floor"):
-        rate_main(__doc__ or "", run, "W1 floor")
+        rate_main(__doc__ or "", run, "W1 floor", cpu_option=True)

@@ -1,0 +1,81 @@
+"""CPU time by process over a bench's measured stretch: where a run's CPU goes.
+
+Read from ``/proc/<pid>/stat`` (user + system time) of every process before and after, and
+grouped by role: this process (the caller), the worker's parent, its pool children,
+PostgreSQL (every backend and the server's own processes), Redis, and the rest of the machine.
+A process that starts and ends inside the stretch is not seen; the bench's own live through it.
+
+On a machine of two cores, CPU per run is what bounds a rate: ``2 / rate`` seconds of CPU per
+run at most, whoever spends it. Linux only.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+TICKS_PER_SECOND = os.sysconf("SC_CLK_TCK")
+ROLES = ("caller", "worker parent", "worker children", "postgres", "redis", "other")
+
+
+@dataclass(frozen=True)
+class ProcessTime:
+    name: str  # the kernel's name for it (``comm``)
+    parent: int
+    ticks: int  # user + system, in clock ticks
+
+
+def parse_stat(text: str) -> ProcessTime:
+    """One ``/proc/<pid>/stat`` line. The name is in parentheses and may hold spaces."""
+    name = text[text.index("(") + 1 : text.rindex(")")]
+    fields = text[text.rindex(")") + 2 :].split()
+    # After the name: state, ppid, ... utime is the 14th field of the line, stime the 15th.
+    return ProcessTime(name=name, parent=int(fields[1]), ticks=int(fields[11]) + int(fields[12]))
+
+
+def snapshot(proc: Path = Path("/proc")) -> dict[int, ProcessTime]:
+    found = {}
+    for stat in proc.glob("[0-9]*/stat"):
+        try:
+            found[int(stat.parent.name)] = parse_stat(stat.read_text())
+        except (OSError, ValueError):
+            continue  # ended while read
+    return found
+
+
+def role_of(pid: int, process: ProcessTime, *, caller: int, worker: int) -> str:
+    if pid == caller:
+        return "caller"
+    if pid == worker:
+        return "worker parent"
+    if process.parent == worker:
+        return "worker children"
+    if process.name.startswith("postgres"):
+        return "postgres"
+    if process.name.startswith("redis-server"):
+        return "redis"
+    return "other"
+
+
+def by_role(
+    before: dict[int, ProcessTime], after: dict[int, ProcessTime], *, caller: int, worker: int
+) -> dict[str, float]:
+    """CPU seconds each role spent between the two snapshots (every role, zero if none)."""
+    spent = dict.fromkeys(ROLES, 0.0)
+    for pid, process in after.items():
+        start = before.get(pid)
+        ticks = process.ticks - (start.ticks if start is not None else 0)
+        if ticks > 0:
+            spent[role_of(pid, process, caller=caller, worker=worker)] += ticks / TICKS_PER_SECOND
+    return spent
+
+
+def describe(spent: dict[str, float], runs: int, seconds: float) -> str:
+    """Per run, in ms, by role; the total and how many cores it kept busy."""
+    total = sum(spent.values())
+    parts = ", ".join(f"{role} {1000 * cpu / runs:.2f}" for role, cpu in spent.items())
+    return (
+        f"CPU per run: {1000 * total / runs:.2f} ms ({total / seconds:.2f} cores busy on "
+        f"average): {parts}"
+    )
