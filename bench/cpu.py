@@ -12,6 +12,8 @@ run at most, whoever spends it. Linux only.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -69,6 +71,19 @@ def by_role(
         if ticks > 0:
             spent[role_of(pid, process, caller=caller, worker=worker)] += ticks / TICKS_PER_SECOND
     return spent
+
+
+@contextmanager
+def spent(worker: int, *, enabled: bool = True) -> Iterator[dict[str, float]]:
+    """CPU seconds by role inside the block, this process as the caller and ``worker`` as the
+    worker's parent: filled when the block ends, left empty if not ``enabled``."""
+    found: dict[str, float] = {}
+    if not enabled:
+        yield found
+        return
+    before = snapshot()
+    yield found
+    found.update(by_role(before, snapshot(), caller=os.getpid(), worker=worker))
 
 
 def describe(spent: dict[str, float], runs: int, seconds: float) -> str:

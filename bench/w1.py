@@ -172,9 +172,8 @@ def run(runs: int, *, count: bool = False, measure_cpu: bool = False) -> dict[st
                 from bench import counting
 
                 counting.install("caller")
-            before = cpu.snapshot() if measure_cpu else {}
-            phases = _workload(runs, credential, poller)
-            after = cpu.snapshot() if measure_cpu else {}
+            with cpu.spent(worker.pid, enabled=measure_cpu) as spent:
+                phases = _workload(runs, credential, poller)
         finally:
             stop_worker(worker)
             poller.close()
@@ -186,8 +185,8 @@ def run(runs: int, *, count: bool = False, measure_cpu: bool = False) -> dict[st
             "rate": runs / seconds,
             "phases": phases,
         }
-        if measure_cpu:
-            result["cpu"] = cpu.by_role(before, after, caller=os.getpid(), worker=worker.pid)
+        if spent:
+            result["cpu"] = spent
         if count:
             from bench import counting
 

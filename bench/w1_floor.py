@@ -18,7 +18,6 @@ the rivals, in one process each, have no such hop.
 
 from __future__ import annotations
 
-import os
 import time
 from typing import Any
 
@@ -62,21 +61,20 @@ def run(runs: int, *, measure_cpu: bool = False) -> dict[str, Any]:
     _counter.delete("floor:first", "floor:second")
     worker = start_worker("bench.w1_floor", floor_env(), QUEUE, ["-c", "1"])
     try:
-        before = cpu.snapshot() if measure_cpu else {}
-        start = time.perf_counter()
-        for i in range(runs):
-            step.delay(i, "first")
-        _wait_for("first", runs)
-        for i in range(runs):
-            step.delay(i, "second")
-        _wait_for("second", runs)
-        seconds = time.perf_counter() - start
-        after = cpu.snapshot() if measure_cpu else {}
+        with cpu.spent(worker.pid, enabled=measure_cpu) as spent:
+            start = time.perf_counter()
+            for i in range(runs):
+                step.delay(i, "first")
+            _wait_for("first", runs)
+            for i in range(runs):
+                step.delay(i, "second")
+            _wait_for("second", runs)
+            seconds = time.perf_counter() - start
     finally:
         stop_worker(worker)
     result: dict[str, Any] = {"runs": runs, "seconds": seconds, "rate": runs / seconds}
-    if measure_cpu:
-        result["cpu"] = cpu.by_role(before, after, caller=os.getpid(), worker=worker.pid)
+    if spent:
+        result["cpu"] = spent
     return result
 
 

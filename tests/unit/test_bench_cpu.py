@@ -7,7 +7,16 @@ from pathlib import Path
 
 from pytest import approx
 
-from bench.cpu import TICKS_PER_SECOND, ProcessTime, by_role, describe, parse_stat, snapshot
+from bench.cpu import (
+    ROLES,
+    TICKS_PER_SECOND,
+    ProcessTime,
+    by_role,
+    describe,
+    parse_stat,
+    snapshot,
+    spent,
+)
 
 # A real line's shape: pid (comm) state ppid pgrp session tty tpgid flags minflt cminflt
 # majflt cmajflt utime stime ...
@@ -85,3 +94,14 @@ def test_this_process_is_found_in_the_real_proc() -> None:
     mine = snapshot()[os.getpid()]
     assert mine.parent == os.getppid()
     assert mine.ticks >= 0
+
+
+def test_a_block_measured_gets_every_role_and_one_not_measured_nothing() -> None:
+    with spent(worker=-1) as measured:
+        sum(range(200_000))
+    with spent(worker=-1, enabled=False) as skipped:
+        pass
+
+    assert set(measured) == set(ROLES)
+    assert measured["caller"] >= 0
+    assert skipped == {}
