@@ -94,6 +94,59 @@ def _succeeded(engine: Engine, run_ids: list[str]) -> int:
         return -1  # the database is the one restarting
 
 
+def _all_succeeded(
+    engine: Engine, run_ids: list[str], processes: list[WorkerProcess], timeout: float = 120.0
+) -> None:
+    """Wait for every run to succeed; on a timeout, say where the others stand and why.
+
+    A worker or beat that exits fails the wait at once: nothing would finish the runs.
+    """
+
+    def done() -> bool:
+        for process in processes:
+            code = process.proc.poll() if process.proc else None
+            if code is not None:
+                raise AssertionError(f"{process.name} exited with code {code} (its log follows)")
+        return _succeeded(engine, run_ids) == RUNS
+
+    try:
+        wait_for(done, timeout=timeout, interval=0.5)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\n{_where_runs_stand(engine, run_ids)}") from None
+
+
+def _where_runs_stand(engine: Engine, run_ids: list[str]) -> str:
+    """Runs by state, then the first unfinished ones: their row's clocks and their timeline."""
+    with engine.connect() as conn:
+        rows = conn.execute(
+            select(
+                Run.id,
+                Run.state,
+                Run.next_step,
+                Run.dispatched_at,
+                Run.updated_at,
+                Run.lease_owner,
+                Run.lease_expires_at,
+            ).where(Run.id.in_(run_ids))
+        ).all()
+        by_state: dict[str, int] = {}
+        for row in rows:
+            by_state[row.state] = by_state.get(row.state, 0) + 1
+        lines = [f"runs by state: {by_state}"]
+        for row in [r for r in rows if r.state != "succeeded"][:5]:
+            lines.append(
+                f"{row.id} {row.state} next={row.next_step} dispatched={row.dispatched_at} "
+                f"updated={row.updated_at} lease={row.lease_owner} until {row.lease_expires_at}"
+            )
+            events = conn.execute(
+                select(Event.at, Event.trigger, Event.actor, Event.to_state)
+                .where(Event.run_id == row.id)
+                .order_by(Event.id)
+            ).all()
+            lines += [f"    {e.at} {e.trigger} by {e.actor} -> {e.to_state}" for e in events]
+    return "\n".join(lines)
+
+
 def _assert_each_run_finished_once(engine: Engine, run_ids: list[str]) -> None:
     with engine.connect() as conn:
         states = dict(conn.execute(select(Run.id, Run.state).where(Run.id.in_(run_ids))).all())
@@ -149,15 +202,17 @@ def test_broker_stopped_mid_way_through_100_runs(
     tmp_path: Path,
 ) -> None:
     env = {"INTERLUDE_BROKER_URL": private_broker.url(), **RECOVERY_ENV}
-    start_worker("-c", "2", **env)
-    start_worker("-s", str(tmp_path / "beat-schedule"), kind="beat", **env)
+    processes = [
+        start_worker("-c", "2", **env),
+        start_worker("-s", str(tmp_path / "beat-schedule"), kind="beat", **env),
+    ]
     run_ids = _enqueue(dict(os.environ, **env), RUNS)
     engine = create_engine(db)
     try:
         # When the broker disappears for a few seconds while the runs are part-way through
         _outage_mid_way(engine, run_ids, private_broker.stop, private_broker.start)
         # Then every run finishes, none lost and none done twice
-        wait_for(lambda: _succeeded(engine, run_ids) == RUNS, timeout=120, interval=0.5)
+        _all_succeeded(engine, run_ids, processes)
         _assert_each_run_finished_once(engine, run_ids)
     finally:
         engine.dispose()
@@ -187,7 +242,7 @@ def test_postgresql_restarted_mid_way_through_100_runs(
             # When PostgreSQL goes down for a few seconds while the runs are part-way through
             _outage_mid_way(engine, run_ids, server.stop, server.start)
             # Then every run finishes, none lost and none done twice
-            wait_for(lambda: _succeeded(engine, run_ids) == RUNS, timeout=120, interval=0.5)
+            _all_succeeded(engine, run_ids, workers)
             _assert_each_run_finished_once(engine, run_ids)
         finally:
             engine.dispose()
