@@ -13,6 +13,7 @@ import os
 import subprocess
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -129,10 +130,7 @@ def _where_runs_stand(engine: Engine, run_ids: list[str]) -> str:
                 Run.lease_expires_at,
             ).where(Run.id.in_(run_ids))
         ).all()
-        by_state: dict[str, int] = {}
-        for row in rows:
-            by_state[row.state] = by_state.get(row.state, 0) + 1
-        lines = [f"runs by state: {by_state}"]
+        lines = [f"runs by state: {dict(Counter(row.state for row in rows))}"]
         for row in [r for r in rows if r.state != "succeeded"][:5]:
             lines.append(
                 f"{row.id} {row.state} next={row.next_step} dispatched={row.dispatched_at} "
