@@ -162,11 +162,14 @@ def counter() -> redis.Redis:
 def floor_app(name: str, queue: str) -> Celery:
     """A Celery app for a broker floor, configured as ``worker/app.py`` configures interlude's.
 
-    JSON only, late acks, prefetch 1, task events and task-sent events on, no results; its
-    tasks go to ``queue`` on the bench's broker. The floors measure Celery alone with these
-    settings, doing no durable work.
+    JSON only, late acks, prefetch 1, task events and task-sent events on, no results, and
+    interlude's Redis transport (one command client per channel); its tasks go to ``queue`` on
+    the bench's broker. The floors measure Celery alone with these settings, doing no durable
+    work.
     """
     from celery import Celery
+
+    from worker import redis_transport
 
     app = Celery(name, broker=os.environ.get("BENCH_BROKER_URL", BROKER_URL))
     app.conf.update(
@@ -180,5 +183,6 @@ def floor_app(name: str, queue: str) -> Celery:
         task_send_sent_event=True,
         task_ignore_result=True,
         task_default_queue=queue,
+        broker_transport=f"{redis_transport.__name__}:Transport",
     )
     return app

@@ -6,6 +6,7 @@ from typing import Any
 
 from celery import Celery
 from kombu import Exchange, Queue  # type: ignore[attr-defined]
+from kombu.transport import TRANSPORT_ALIASES
 
 from models.errors import ConfigurationError
 from models.settings import Settings, get_settings
@@ -23,6 +24,12 @@ from worker.tasknames import (
 # Redis redelivers an unacknowledged message after this long; our tasks are short and our own
 # reaper recovers dead workers much sooner, so this only needs to exceed the longest step.
 VISIBILITY_TIMEOUT_SECONDS = 3600
+# kombu finds the transport of a URL's scheme in this table: ``redis://`` and ``rediss://`` get
+# kombu's Redis transport with one command client per channel (worker/redis_transport.py).
+# A "module:Class" path, imported only when a connection needs it, so the filesystem default
+# never loads redis; URLs and Flower still see the scheme "redis".
+REDIS_TRANSPORT = "worker.redis_transport:Transport"
+TRANSPORT_ALIASES.update(redis=REDIS_TRANSPORT, rediss=REDIS_TRANSPORT)
 
 
 def broker_options(settings: Settings) -> dict[str, Any]:

@@ -53,3 +53,19 @@ def test_a_message_for_one_queue_cannot_reach_another() -> None:
     # Queues that share an exchange and routing key all receive every message published to it.
     bindings = {(q.exchange.name, q.routing_key) for q in app.amqp.queues.values()}
     assert len(bindings) == len(app.amqp.queues) == 3
+
+
+def test_redis_urls_get_interludes_transport_and_other_brokers_keep_kombus() -> None:
+    # Resolving a URL's transport connects to nothing.
+    from kombu import Connection
+
+    from worker.redis_transport import Transport
+
+    for url in ("redis://127.0.0.1:6379/0", "rediss://127.0.0.1:6380/0"):
+        conn = Connection(url)  # type: ignore[no-untyped-call]
+        assert type(conn.transport) is Transport, url
+        assert conn.as_uri().split("://")[0] == url.split("://")[0]
+    assert type(Connection("amqp://guest@127.0.0.1//").transport).__module__ == (  # type: ignore[no-untyped-call]
+        "kombu.transport.pyamqp"
+    )
+    assert type(Connection("memory://").transport).__module__ == "kombu.transport.memory"  # type: ignore[no-untyped-call]
