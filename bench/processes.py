@@ -162,10 +162,10 @@ def counter() -> redis.Redis:
 def floor_app(name: str, queue: str) -> Celery:
     """A Celery app for a broker floor, configured as ``worker/app.py`` configures interlude's.
 
-    JSON only, late acks, prefetch 1, task events and task-sent events on, no results, and
-    interlude's Redis transport (one command client per channel); its tasks go to ``queue`` on
-    the bench's broker. The floors measure Celery alone with these settings, doing no durable
-    work.
+    JSON only, late acks, prefetch 1, task events and task-sent events on, no results (one
+    disabled backend shared by a worker's threads), and interlude's Redis transport (one
+    command client per channel); its tasks go to ``queue`` on the bench's broker. The floors
+    measure Celery alone with these settings, doing no durable work.
     """
     from celery import Celery
 
@@ -182,6 +182,7 @@ def floor_app(name: str, queue: str) -> Celery:
         worker_send_task_events=True,
         task_send_sent_event=True,
         task_ignore_result=True,
+        result_backend_thread_safe=True,
         task_default_queue=queue,
         broker_transport=f"{redis_transport.__name__}:Transport",
     )

@@ -69,3 +69,14 @@ def test_redis_urls_get_interludes_transport_and_other_brokers_keep_kombus() -> 
         "kombu.transport.pyamqp"
     )
     assert type(Connection("memory://").transport).__module__ == "kombu.transport.memory"  # type: ignore[no-untyped-call]
+
+
+def test_a_threads_pool_worker_builds_its_result_backend_once() -> None:
+    # Building one scans the installed packages' entry points: once per process, not once
+    # per pool thread.
+    from concurrent.futures import ThreadPoolExecutor
+
+    assert app.conf.result_backend_thread_safe is True
+    backend = app.backend
+    with ThreadPoolExecutor(max_workers=2) as threads:
+        assert all(b is backend for b in threads.map(lambda _: app.backend, range(4)))
