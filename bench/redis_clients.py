@@ -25,12 +25,12 @@ import redis
 from celery import Celery
 from kombu import Connection, Consumer, Exchange, Producer, Queue  # type: ignore[attr-defined]
 
-from bench.processes import BROKER_URL, exclusive
+from bench.processes import BROKER_URL, exclusive, floor_app
 
 KOMBU = "kombu.transport.redis:Transport"
 INTERLUDE = "worker.redis_transport:Transport"
-QUEUE = "bench.redis_clients"
-TASK = "bench.redis_clients.noop"
+NAME = "bench.redis_clients"
+QUEUE = Queue(NAME, Exchange(NAME, type="direct"), routing_key=NAME)  # type: ignore[no-untyped-call]
 
 
 class ClientCount:
@@ -54,47 +54,46 @@ class ClientCount:
         redis.Redis.__init__ = self._init  # type: ignore[method-assign]
 
 
-def _app() -> Celery:
-    app = Celery("bench_redis_clients", broker=BROKER_URL, set_as_current=False)
-    app.conf.update(
-        task_serializer="json",
-        accept_content=["json"],
-        event_serializer="json",
-        task_send_sent_event=True,
-        task_ignore_result=True,
-    )
-    return app
+def round_trip(app: Celery, conn: Connection, messages: int) -> list[Any]:
+    """Publish ``messages`` tasks of ``app`` (with their task-sent events) on one channel of
+    ``conn``, then take and acknowledge each; the tasks' args, in the order taken."""
+    channel = conn.channel()
+    try:
+        QUEUE(channel).declare()
+        producer = Producer(channel)  # type: ignore[no-untyped-call]
+        for n in range(messages):
+            app.send_task(
+                f"{NAME}.noop", args=[n], task_id=uuid.uuid4().hex, producer=producer, queue=QUEUE
+            )
+        taken: list[Any] = []
+        consumer = Consumer(  # type: ignore[no-untyped-call]
+            channel, [QUEUE], callbacks=[lambda _body, m: taken.append(m)], accept=["json"]
+        )
+        args = []
+        with consumer:
+            for _ in range(messages):
+                conn.drain_events(timeout=5)
+                message = taken.pop()
+                args.append(message.payload[0])
+                message.ack()
+        return args
+    finally:
+        channel.close()
 
 
 def one_round(app: Celery, transport: str, messages: int) -> dict[str, float]:
-    """N messages through ``transport``: published with their task-sent events, then each
-    consumed and acknowledged. CPU (ms) and redis-py clients built, per message."""
-    queue = Queue(QUEUE, Exchange(QUEUE, type="direct"), routing_key=QUEUE)  # type: ignore[no-untyped-call]
-    with Connection(BROKER_URL, transport=transport) as conn:  # type: ignore[no-untyped-call]
-        channel = conn.channel()
-        queue(channel).declare()
-        producer = Producer(channel)  # type: ignore[no-untyped-call]
-        taken: list[Any] = []
-        consumer = Consumer(  # type: ignore[no-untyped-call]
-            channel, [queue], callbacks=[lambda _body, m: taken.append(m)], accept=["json"]
-        )
-        with ClientCount() as count:
-            start = time.process_time()
-            for n in range(messages):
-                app.send_task(
-                    TASK, args=[n], task_id=uuid.uuid4().hex, producer=producer, queue=queue
-                )
-            with consumer:
-                for _ in range(messages):
-                    conn.drain_events(timeout=5)
-                    taken.pop().ack()
-            spent = time.process_time() - start
-        channel.close()
+    """N messages through ``transport`` (``round_trip``): CPU (ms) and redis-py clients
+    built, per message."""
+    connection = Connection(BROKER_URL, transport=transport)  # type: ignore[no-untyped-call]
+    with connection as conn, ClientCount() as count:
+        start = time.process_time()
+        round_trip(app, conn, messages)
+        spent = time.process_time() - start
     return {"cpu_ms": spent * 1000 / messages, "clients": count.built / messages}
 
 
 def run(messages: int, rounds: int) -> dict[str, Any]:
-    app = _app()
+    app = floor_app("bench_redis_clients", NAME)
     redis.Redis.from_url(BROKER_URL).flushdb()
     found: dict[str, list[dict[str, float]]] = {KOMBU: [], INTERLUDE: []}
     one_round(app, KOMBU, 50)  # warm-up: imports, connections, scripts
