@@ -159,17 +159,21 @@ def counter() -> redis.Redis:
     return redis.Redis.from_url(os.environ.get("BENCH_COUNTER_URL", COUNTER_URL))
 
 
-def floor_app(name: str, queue: str) -> Celery:
+def floor_app(name: str, queue: str, *, task_events: bool | None = None) -> Celery:
     """A Celery app for a broker floor, configured as ``worker/app.py`` configures interlude's.
 
-    JSON only, late acks, prefetch 1, task events and task-sent events on, no results (one
+    JSON only, late acks, prefetch 1, task events (the worker's and task-sent) as interlude's
+    settings say (``INTERLUDE_TASK_EVENTS``) unless ``task_events`` is given, no results (one
     disabled backend shared by a worker's threads), and interlude's Redis transport (one
     command client per channel); its tasks go to ``queue`` on the bench's broker. The floors
     measure Celery alone with these settings, doing no durable work.
     """
     from celery import Celery
 
+    from models.settings import get_settings
     from worker import redis_transport
+
+    events = get_settings().task_events if task_events is None else task_events
 
     app = Celery(name, broker=os.environ.get("BENCH_BROKER_URL", BROKER_URL))
     app.conf.update(
@@ -179,8 +183,8 @@ def floor_app(name: str, queue: str) -> Celery:
         task_acks_late=True,
         task_reject_on_worker_lost=True,
         worker_prefetch_multiplier=1,
-        worker_send_task_events=True,
-        task_send_sent_event=True,
+        worker_send_task_events=events,
+        task_send_sent_event=events,
         task_ignore_result=True,
         result_backend_thread_safe=True,
         task_default_queue=queue,

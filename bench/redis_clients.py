@@ -93,7 +93,8 @@ def one_round(app: Celery, transport: str, messages: int) -> dict[str, float]:
 
 
 def run(messages: int, rounds: int) -> dict[str, Any]:
-    app = floor_app("bench_redis_clients", NAME)
+    # (Task-sent events on: a message's publish is measured with its event, as before.)
+    app = floor_app("bench_redis_clients", NAME, task_events=True)
     redis.Redis.from_url(BROKER_URL).flushdb()
     found: dict[str, list[dict[str, float]]] = {KOMBU: [], INTERLUDE: []}
     one_round(app, KOMBU, 50)  # warm-up: imports, connections, scripts

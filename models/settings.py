@@ -82,7 +82,9 @@ class Settings(BaseSettings):
     effect_margin: float = DEFAULT_EFFECT_MARGIN
     effect_grace: float = DEFAULT_EFFECT_GRACE
     # Celery task events (Flower's view of tasks): the worker's and the publishers' task-sent.
-    task_events: bool = True
+    # Off, as in Celery: four publishes per task that nobody reads unless something watches,
+    # and Flower turns a worker's on itself while it watches (every five seconds).
+    task_events: bool = False
 
     def flow_modules(self) -> list[str]:
         return [m.strip() for m in self.flows.split(",") if m.strip()]

@@ -159,8 +159,12 @@ def start_worker(
         request.getfixturevalue("own_broker")
     started: list[WorkerProcess] = []
 
-    def start(*args: str, kind: str = "worker", **env: str) -> WorkerProcess:
-        process = WorkerProcess(worker_env(database_url, **env), logs_dir, *args, kind=kind)
+    def start(
+        *args: str, kind: str = "worker", task_events: bool = True, **env: str
+    ) -> WorkerProcess:
+        process = WorkerProcess(
+            worker_env(database_url, **env), logs_dir, *args, kind=kind, task_events=task_events
+        )
         started.append(process.start())
         return process
 

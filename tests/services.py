@@ -99,9 +99,19 @@ class WorkerProcess:
     """A real ``celery -A worker worker`` (or ``beat``) subprocess with our environment."""
 
     def __init__(
-        self, env: dict[str, str], log_dir: Path, *args: str, kind: str = "worker"
+        self,
+        env: dict[str, str],
+        log_dir: Path,
+        *args: str,
+        kind: str = "worker",
+        task_events: bool = True,
     ) -> None:
         self.name = f"{kind}-{uuid.uuid4().hex[:6]}"
+        # A worker sends task events from its start (``-E``) unless told not to: then only
+        # Flower's request turns them on, as in a deployment that leaves them off. (It keeps
+        # its heartbeats then: without them and gossip, Celery starts no event dispatcher at
+        # all, and there is nothing for Flower to turn on.)
+        self.task_events = task_events
         self.log_path = log_dir / f"{self.name}.log"
         self.env = env
         self.args = args
@@ -120,9 +130,8 @@ class WorkerProcess:
                 f"{self.name}@%h",
                 "--without-gossip",
                 "--without-mingle",
-                "--without-heartbeat",
-                "-E",
             ]
+            args += ["--without-heartbeat", "-E"] if self.task_events else []
         args += list(self.args)
         started_processes.append(self)
         self.proc = start_celery(

@@ -101,9 +101,12 @@ def flower(db: str, logs_dir: Path, own_broker: str) -> Iterator[Flower]:
 def test_flower_shows_the_worker_a_run_step_task_and_the_queues(
     db: str, start_worker: Callable[..., WorkerProcess], flower: Flower
 ) -> None:
-    # Given a real worker (task events on) and a real Flower watching the same Redis
-    worker = start_worker("-c", "1")
+    # Given a real worker started without -E (task events off, interlude's default) and a real
+    # Flower watching the same Redis
+    worker = start_worker("-c", "1", task_events=False)
     assert wait_for(lambda: flower.try_get("/healthcheck"), timeout=60) == "OK"
+    # Then Flower turns the worker's task events on itself: it sees the tasks of quick runs
+    wait_for(lambda: _events_reach(flower), timeout=90)
 
     # Then Flower lists the worker, with interlude's tasks under their stable names
     def our_worker() -> dict[str, Any] | None:

@@ -45,12 +45,12 @@ def _clients_for(transport: str | None, messages: int, built: ClientCount) -> in
 
 def test_a_channel_sends_every_command_through_one_client(clients_built: ClientCount) -> None:
     # Given interlude's transport, When one channel carries 5 and then 50 messages (publish,
-    # task-sent event, take, acknowledge), Then it builds as many clients for 50 as for 5
+    # take, acknowledge), Then it builds as many clients for 50 as for 5
     few = _clients_for(None, 5, clients_built)
     many = _clients_for(None, 50, clients_built)
     # A channel's command client and its event loop's, for ours and the connection's default.
     assert many == few <= 4
-    # ...while kombu's transport builds at least one per publish, event and acknowledgement
+    # ...while kombu's transport builds at least one per publish, take and acknowledgement
     kombu_few = _clients_for(KOMBU, 5, clients_built)
     kombu_many = _clients_for(KOMBU, 50, clients_built)
     assert kombu_many - kombu_few >= 3 * 45

@@ -11,7 +11,7 @@ from worker.app import create_app
 from worker.tasknames import QUEUE_MAINTENANCE, QUEUE_RESUMES, QUEUE_STEPS
 
 
-def test_json_only_late_acks_prefetch_one_and_events() -> None:
+def test_json_only_late_acks_prefetch_one_and_no_task_events() -> None:
     conf = app.conf
     assert conf.accept_content == ["json"]
     assert conf.task_serializer == "json"
@@ -19,19 +19,20 @@ def test_json_only_late_acks_prefetch_one_and_events() -> None:
     assert conf.task_acks_late is True
     assert conf.task_reject_on_worker_lost is True
     assert conf.worker_prefetch_multiplier == 1
-    assert conf.worker_send_task_events is True
-    assert conf.task_send_sent_event is True
+    # Off by default, as in Celery (Flower turns a worker's on while it watches).
+    assert conf.worker_send_task_events is False
+    assert conf.task_send_sent_event is False
 
 
-def test_task_events_can_be_turned_off(monkeypatch: pytest.MonkeyPatch) -> None:
-    # Given INTERLUDE_TASK_EVENTS=false, When the app is configured, Then neither the worker
-    # nor a publisher sends task events
-    monkeypatch.setenv("INTERLUDE_TASK_EVENTS", "false")
+def test_task_events_can_be_turned_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given INTERLUDE_TASK_EVENTS=true, When the app is configured, Then the worker and every
+    # publisher send task events
+    monkeypatch.setenv("INTERLUDE_TASK_EVENTS", "true")
     other = create_app(Settings())
     app.set_current()  # (creating an app makes it the current one)
     conf = other.conf
-    assert conf.worker_send_task_events is False
-    assert conf.task_send_sent_event is False
+    assert conf.worker_send_task_events is True
+    assert conf.task_send_sent_event is True
     # ...and a value that is not a boolean is refused in one line naming the variable
     monkeypatch.setenv("INTERLUDE_TASK_EVENTS", "sometimes")
     reset_settings()
