@@ -7,6 +7,10 @@ each sleeping 200 ms, as a step waiting on a model or an API does) are enqueued 
 worker starts, so that the caller's speed does not enter the measure. The clock starts when the
 first step starts (marked from inside the step) and stops when the bench sees the last run
 succeeded. Efficiency = steps/s ÷ (concurrency / 0.2 s): 1.0 means every slot always busy.
+
+``--cpu`` adds the CPU each process spent per run from the worker's start to the last run's
+end (``bench.cpu``): here the worker's one process runs every step, so its CPU per run is what
+its fifty threads contend for, under one GIL.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from typing import Any
 
 import redis
 
-from bench import pg
+from bench import cpu, pg
 from bench.processes import (
     BROKER_URL,
     COUNTER_URL,
@@ -35,7 +39,7 @@ from bench.w1 import Poller
 STEPS_PER_RUN = 2
 
 
-def run(runs: int, concurrency: int) -> dict[str, Any]:
+def run(runs: int, concurrency: int, *, measure_cpu: bool = False) -> dict[str, Any]:
     redis.Redis.from_url(BROKER_URL).flushdb()
     with pg.scratch_database("interlude_w4") as name:
         url = pg.sqlalchemy_url(name)
@@ -63,7 +67,8 @@ def run(runs: int, concurrency: int) -> dict[str, Any]:
             "worker", env, INTERLUDE_QUEUES, ["-P", "threads", "-c", str(concurrency)]
         )
         try:
-            poller.wait_for("succeeded", runs)
+            with cpu.spent(worker.pid, enabled=measure_cpu) as spent:
+                poller.wait_for("succeeded", runs)
             end = time.time()
         finally:
             stop_worker(worker)
@@ -71,15 +76,22 @@ def run(runs: int, concurrency: int) -> dict[str, Any]:
         started = marks.get(W4_STARTED)
         assert started is not None, "no W4 step started"
         seconds = end - float(started)
-    return measured(runs, concurrency, seconds, W4_SLEEP_SECONDS)
+    return measured(runs, concurrency, seconds, W4_SLEEP_SECONDS, spent)
 
 
-def measured(runs: int, concurrency: int, seconds: float, step_seconds: float) -> dict[str, Any]:
+def measured(
+    runs: int,
+    concurrency: int,
+    seconds: float,
+    step_seconds: float,
+    spent: dict[str, float] | None = None,
+) -> dict[str, Any]:
     """W4's figures: ``runs`` runs of two ``step_seconds`` steps took ``seconds`` on
-    ``concurrency`` slots; the ideal keeps every slot busy all the time."""
+    ``concurrency`` slots; the ideal keeps every slot busy all the time. ``spent``: the CPU
+    by process (``bench.cpu``), when measured."""
     rate = runs * STEPS_PER_RUN / seconds
     ideal = concurrency / step_seconds
-    return {
+    result: dict[str, Any] = {
         "runs": runs,
         "concurrency": concurrency,
         "seconds": seconds,
@@ -87,24 +99,31 @@ def measured(runs: int, concurrency: int, seconds: float, step_seconds: float) -
         "ideal": ideal,
         "efficiency": rate / ideal,
     }
+    if spent:
+        result["cpu"] = spent
+    return result
 
 
 def report(result: dict[str, Any], label: str = "W4") -> str:
-    return (
+    line = (
         f"{label}: {result['runs']} two-step runs, -P threads -c {result['concurrency']}: "
         f"{result['steps_per_s']:.1f} steps/s of the ideal {result['ideal']:.0f} "
         f"(efficiency {result['efficiency']:.2f}) in {result['seconds']:.2f} s"
     )
+    if "cpu" in result:
+        line += "\n  " + cpu.describe(result["cpu"], result["runs"], result["seconds"])
+    return line
 
 
-def w4_main(description: str, run: Callable[[int, int], dict[str, Any]], label: str) -> None:
-    """The command of a W4 variant: ``--runs N --concurrency C [--json]``."""
+def w4_main(description: str, run: Callable[..., dict[str, Any]], label: str) -> None:
+    """The command of a W4 variant: ``--runs N --concurrency C [--cpu] [--json]``."""
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--runs", type=int, default=400)
     parser.add_argument("--concurrency", type=int, default=50)
+    parser.add_argument("--cpu", action="store_true", help="also the CPU each process spent")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    result = run(args.runs, args.concurrency)
+    result = run(args.runs, args.concurrency, measure_cpu=args.cpu)
     print(json.dumps(result) if args.json else report(result, label))
 
 

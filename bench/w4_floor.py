@@ -17,6 +17,7 @@ from typing import Any
 
 import redis
 
+from bench import cpu
 from bench.processes import (
     BROKER_URL,
     counter,
@@ -46,7 +47,7 @@ def two_steps(n: int) -> None:
     _marks.incr(DONE)
 
 
-def run(runs: int, concurrency: int) -> dict[str, Any]:
+def run(runs: int, concurrency: int, *, measure_cpu: bool = False) -> dict[str, Any]:
     redis.Redis.from_url(BROKER_URL).flushdb()
     _marks.delete(STARTED, DONE)
     for i in range(runs):
@@ -55,15 +56,17 @@ def run(runs: int, concurrency: int) -> dict[str, Any]:
         "bench.w4_floor", floor_env(), QUEUE, ["-P", "threads", "-c", str(concurrency)]
     )
     try:
-        deadline = time.monotonic() + TIMEOUT_SECONDS
-        while int(_marks.get(DONE) or 0) < runs:
-            if time.monotonic() > deadline:
-                raise RuntimeError("W4 floor: the tasks did not all run in time")
-            time.sleep(POLL_SECONDS)
+        with cpu.spent(worker.pid, enabled=measure_cpu) as spent:
+            deadline = time.monotonic() + TIMEOUT_SECONDS
+            while int(_marks.get(DONE) or 0) < runs:
+                if time.monotonic() > deadline:
+                    raise RuntimeError("W4 floor: the tasks did not all run in time")
+                time.sleep(POLL_SECONDS)
         end = time.time()
     finally:
         stop_worker(worker)
-    return measured(runs, concurrency, end - float(_marks.get(STARTED) or end), STEP_SECONDS)
+    seconds = end - float(_marks.get(STARTED) or end)
+    return measured(runs, concurrency, seconds, STEP_SECONDS, spent)
 
 
 if __name__ == "__main__":
