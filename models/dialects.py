@@ -126,9 +126,9 @@ class Dialect:
         """Rows to work on unless another process holds them (sweeps, reapers): never wait."""
         return query.with_for_update(skip_locked=True)
 
-    def lock_shared(self, query: S) -> S:
-        """Rows read to decide, that must not change before commit."""
-        return query.with_for_update(read=True)
+    def lock_shared(self, query: S, *, of: Any = None) -> S:
+        """Rows (of ``of``, if given) read to decide, that must not change before commit."""
+        return query.with_for_update(read=True, of=of)
 
     def epoch_seconds(self, timestamp: Any) -> Any:
         """``timestamp`` (a ``Timestamp`` column) as seconds since 1970, a number in SQL."""
@@ -259,7 +259,7 @@ class SQLiteDialect(Dialect):
     def lock_or_skip(self, query: S) -> S:
         return query
 
-    def lock_shared(self, query: S) -> S:
+    def lock_shared(self, query: S, *, of: Any = None) -> S:
         return query
 
     def epoch_seconds(self, timestamp: Any) -> Any:

@@ -17,12 +17,13 @@ from sqlalchemy.orm.attributes import set_committed_value
 from sqlalchemy.sql import FromClause
 from sqlalchemy.sql.dml import UpdateBase
 
+from models.actors import ACTORS
 from models.contracts import InterruptDecl
 from models.db import dialect, utcnow
 from models.enums import EventKind, InterruptStatus
 from models.runs import RUNS, new_id
 from models.statements import Write, insert_row, row_values
-from models.tables import Interrupt, ResumeAttempt, Run, from_row
+from models.tables import Actor, Interrupt, ResumeAttempt, Run, from_row
 from statemachine import interrupt_destination, interrupt_sources
 
 INTERRUPTS: Table = Interrupt.__table__  # type: ignore[assignment]
@@ -248,6 +249,41 @@ def original_attempt(session: Session, actor_id: str, key: str) -> ResumeAttempt
     found = dialect(session).run(session, ("original_attempt",), _original_attempt_query, params)
     row = found.first()
     return None if row is None else from_row(ResumeAttempt, row)
+
+
+def actor_and_original(
+    session: Session, actor_id: str, key: str
+) -> tuple[Actor | None, ResumeAttempt | None]:
+    """The actor row (locked for share until commit, as ``get_actor(for_decision=True)``) and
+    the attempt by which it claimed idempotency key ``key``, if any, in one round trip.
+
+    A resume reads both before it decides anything; the attempt counts only once the actor
+    is authenticated (the caller decides in that order).
+    """
+    strategy = dialect(session)
+
+    def build() -> Any:
+        query = (
+            select(*ACTORS.c, *ATTEMPTS.c)
+            .select_from(ACTORS)
+            .outerjoin(
+                ATTEMPTS,
+                (ATTEMPTS.c.actor_id == ACTORS.c.id)
+                & (ATTEMPTS.c.original_key == bindparam("by_key")),
+            )
+            .where(ACTORS.c.id == bindparam("by_actor"))
+        )
+        return strategy.lock_shared(query, of=ACTORS)
+
+    params = {"by_actor": actor_id, "by_key": key}
+    row = strategy.run(session, ("actor_and_original",), build, params).first()
+    if row is None:
+        return None, None
+    actor = from_row(Actor, row)
+    # (The unique index on (actor_id, original_key) leaves one attempt at most.)
+    found = row[len(ACTORS.c) :]
+    original = from_row(ResumeAttempt, found) if found[0] is not None else None
+    return actor, original
 
 
 def _original_attempt_query() -> Any:

@@ -148,7 +148,17 @@ def authenticate(session: Session, actor_id: str, credential: object) -> Actor |
     caller's transaction ends: a revoke or rotation committing meanwhile is ordered after the
     decision made with it, not in the middle of it.
     """
-    actor = store.get_actor(session, normal_actor_id(actor_id), for_decision=True)
+    return verified(
+        store.get_actor(session, normal_actor_id(actor_id), for_decision=True), credential
+    )
+
+
+def verified(actor: Actor | None, credential: object) -> Actor | None:
+    """``actor`` if it exists, is active and ``credential`` matches its stored hash, else None.
+
+    The comparison is constant-time, and made against a stand-in hash when there is no actor,
+    so that an unknown id costs what a wrong credential costs.
+    """
     stored = actor.credential_hash if actor is not None else _ABSENT_HASH
     given = Credential(credential).hashed()
     matches = hmac.compare_digest(stored.encode(), given.encode())

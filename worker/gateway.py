@@ -46,7 +46,7 @@ from models.errors import InterludeError, StaleStateError
 from models.identity import normal_actor_id
 from models.tables import Actor, Interrupt, ResumeAttempt, Run
 from worker import dispatch
-from worker.actors import Credential, authenticate
+from worker.actors import Credential, verified
 from worker.declarations import PAUSE_INTERRUPT
 from worker.flows import Flow, Migration, RevalidationContext, continuation, load_flow_modules
 from worker.interrupts import notify, view
@@ -173,7 +173,12 @@ def _decide(contract: ResumeContract, attempt: _Attempt) -> ResumeResult:
 def _decide_once(contract: ResumeContract, attempt: _Attempt) -> ResumeResult:
     notify_after: tuple[Flow, Interrupt] | None = None
     with transaction() as session:
-        actor = authenticate(session, contract.actor.id, attempt.credential)
+        # Checks 2 and 3 read in one round trip: the actor (held until commit, so that a revoke
+        # is ordered after this decision) and the attempt that claimed this key, if any.
+        row, original = store.actor_and_original(
+            session, normal_actor_id(contract.actor.id), contract.idempotency_key
+        )
+        actor = verified(row, attempt.credential)
         if actor is None:
             return _insert(
                 session,
@@ -183,7 +188,6 @@ def _decide_once(contract: ResumeContract, attempt: _Attempt) -> ResumeResult:
             )
         # From here on the attempt is the authenticated actor's, under the id's normal form.
         attempt.actor_id = actor.id
-        original = store.original_attempt(session, actor.id, contract.idempotency_key)
         if original is not None:
             return _repeat(session, attempt, original)
         try:

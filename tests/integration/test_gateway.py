@@ -19,7 +19,7 @@ from models.db import transaction, utcnow
 from models.tables import Event, Interrupt
 from tests.flows.interrupts import PRICE_UNAVAILABLE, Approval, scratch_redis
 from tests.resumes import contract_for, drain_finished, drain_pending, snapshot
-from tests.services import wait_for
+from tests.services import statements_sent, wait_for
 from worker import (
     add_actor,
     enqueue_run,
@@ -245,6 +245,22 @@ def test_accepted_resume_continues_the_run_once(waiting: Waiting, tasks: TaskRec
     assert (claim.trigger, claim.from_state) == ("claim", "resuming")
     before = [m.detail["epoch"] for m in moves[:suspend] if m.trigger == "claim"]
     assert claim.detail == {"epoch": max(before) + 1, "step": "gate"}
+
+
+def test_an_accepted_resume_reads_in_two_statements(db: str, waiting: Waiting) -> None:
+    # Given alice's approval, When it is submitted
+    contract = contract_for(waiting.interrupt, "alice")
+    with statements_sent(db) as sent:
+        result = submit_resume(contract, waiting.credential)
+    assert result.accepted, result.reason
+    # Then the gateway read twice: the actor with the attempt that claimed the key (none yet),
+    # then the interrupt with its run; everything else it sent was a write
+    assert sent.count("SELECT") == 2, sent
+    # ...and a second submission with the same key is answered from the first read alone
+    with statements_sent(db) as again:
+        repeat = submit_resume(contract, waiting.credential)
+    assert repeat.outcome.value == "duplicate"
+    assert again.count("SELECT") == 1, again
 
 
 def test_a_rejection_is_returned_to_the_step(waiting: Waiting) -> None:
