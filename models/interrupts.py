@@ -30,6 +30,7 @@ INTERRUPTS: Table = Interrupt.__table__  # type: ignore[assignment]
 ATTEMPTS: Table = ResumeAttempt.__table__  # type: ignore[assignment]
 PENDING = InterruptStatus.PENDING.value
 INTERRUPT_COLUMNS = tuple(column.key for column in INTERRUPTS.columns)
+ATTEMPT_ID = list(ATTEMPTS.c.keys()).index("id")
 # What a superseding interrupt does not take over from the one it replaces.
 NOT_INHERITED = frozenset(
     {
@@ -280,9 +281,10 @@ def actor_and_original(
     if row is None:
         return None, None
     actor = from_row(Actor, row)
-    # (The unique index on (actor_id, original_key) leaves one attempt at most.)
+    # The unique index on (actor_id, original_key) leaves one attempt at most; with none, the
+    # outer join fills its columns with NULL, its id (never NULL in a row) among them.
     found = row[len(ACTORS.c) :]
-    original = from_row(ResumeAttempt, found) if found[0] is not None else None
+    original = from_row(ResumeAttempt, found) if found[ATTEMPT_ID] is not None else None
     return actor, original
 
 
