@@ -5,9 +5,10 @@
 A W1 run is two Celery tasks in interlude: its first step (published by ``enqueue_run``), which
 stops on the approval, and the resume (published by ``submit_resume``), which runs the final
 step. This bench does the same two hops with tasks that do nothing but count (a Redis INCR),
-on a worker configured as interlude's is (JSON, late acks, prefetch 1, task events on, task-sent
-events on, ``-c 1`` prefork, ``-l info``) against the same Redis: the caller publishes N first
-tasks, waits until all ran, publishes N second tasks, waits until all ran. No database at all.
+on a worker configured as interlude's is (JSON, late acks, prefetch 1, task events as
+``INTERLUDE_TASK_EVENTS`` says, off by default, ``-c 1`` prefork, ``-l info``) against the same
+Redis: the caller publishes N first tasks, waits until all ran, publishes N second tasks, waits
+until all ran. No database at all.
 
 ``--cpu`` adds the CPU each process spent per run: the caller, the worker's parent and child,
 Redis (as ``bench.w1 --cpu`` does for interlude).

@@ -1,6 +1,6 @@
 """W4, steps that wait on I/O: steps/s of one threads-pool worker, and its efficiency.
 
-    .venv/bin/python -m bench.w4 [--runs 400] [--concurrency 50] [--json]
+    .venv/bin/python -m bench.w4 [--runs 400] [--concurrency 50] [--cpu] [--json]
 
 One ``celery -A worker worker -P threads -c 50``; ``--runs`` runs of ``bench_w4`` (two steps,
 each sleeping 200 ms, as a step waiting on a model or an API does) are enqueued before the

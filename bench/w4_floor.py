@@ -1,11 +1,12 @@
 """W4's broker floor: what Celery alone reaches on W4's tasks, nothing durable.
 
-    .venv/bin/python -m bench.w4_floor [--runs 400] [--concurrency 50] [--json]
+    .venv/bin/python -m bench.w4_floor [--runs 400] [--concurrency 50] [--cpu] [--json]
 
 interlude runs a W4 run (two steps of 200 ms each) as one task: the second step continues in
 the task of the first. This bench publishes ``--runs`` tasks that each sleep 400 ms (and mark
 their start and end in Redis) before it starts one worker configured as interlude's is (JSON,
-late acks, prefetch 1, task events on, ``-P threads -c 50``, ``-l info``); the clock starts
+late acks, prefetch 1, task events as ``INTERLUDE_TASK_EVENTS`` says, off by default,
+``-P threads -c 50``, ``-l info``); the clock starts
 when the first task starts and stops when the last ends, as in ``bench.w4``. Efficiency is the
 same ratio: steps/s ÷ (concurrency / 0.2 s). What interlude loses on top of this is its own.
 """
