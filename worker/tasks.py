@@ -9,6 +9,7 @@ from celery.signals import (
     after_setup_logger,
     after_setup_task_logger,
     worker_init,
+    worker_process_init,
     worker_ready,
     worker_shutdown,
 )
@@ -18,6 +19,7 @@ from models.errors import StepFailedError
 from models.settings import get_settings
 from worker import runlog, step_metrics
 from worker.app import app
+from worker.heap import freeze_inherited_heap, freeze_startup_heap
 from worker.stats import serve_from_worker
 from worker.tasknames import TASK_REAP, TASK_RESUME, TASK_STEP, TASK_SWEEP
 
@@ -88,6 +90,10 @@ after_setup_logger.connect(runlog.install)
 after_setup_task_logger.connect(runlog.install)
 # With INTERLUDE_METRICS_PORT: the worker's own step metrics, served once it is ready.
 worker_ready.connect(serve_from_worker)
+# Start-up's objects out of full collections (worker.heap): in the main process once it is
+# ready, and in each pool child once forked (the flows were frozen before the fork).
+worker_ready.connect(freeze_startup_heap)
+worker_process_init.connect(freeze_inherited_heap)
 worker_shutdown.connect(step_metrics.cleanup_worker)
 
 
@@ -116,3 +122,5 @@ def _load_flows(sender: Any = None, **_: Any) -> None:
     if isinstance(concurrency, int) and any(p in pool for p in ("thread", "gevent", "eventlet")):
         size_pool_for(concurrency)
         open_pool(concurrency)
+    # Before the pool forks: its children inherit these objects frozen (worker.heap).
+    freeze_startup_heap()
