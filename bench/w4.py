@@ -1,6 +1,6 @@
 """W4, steps that wait on I/O: steps/s of one threads-pool worker, and its efficiency.
 
-    .venv/bin/python -m bench.w4 [--runs 400] [--concurrency 50] [--cpu] [--json]
+    .venv/bin/python -m bench.w4 [--runs 400] [--concurrency 50] [--cpu] [--trace] [--json]
 
 One ``celery -A worker worker -P threads -c 50``; ``--runs`` runs of ``bench_w4`` (two steps,
 each sleeping 200 ms, as a step waiting on a model or an API does) are enqueued before the
@@ -10,7 +10,8 @@ succeeded. Efficiency = steps/s ÷ (concurrency / 0.2 s): 1.0 means every slot a
 
 ``--cpu`` adds the CPU each process spent per run from the worker's start to the last run's
 end (``bench.cpu``): here the worker's one process runs every step, so its CPU per run is what
-its fifty threads contend for, under one GIL.
+its fifty threads contend for, under one GIL. ``--trace`` adds where the slots went idle,
+recorded inside the worker (``bench.w4_trace``).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from typing import Any
 
 import redis
 
-from bench import cpu, pg
+from bench import cpu, pg, w4_trace
 from bench.processes import (
     BROKER_URL,
     COUNTER_URL,
@@ -39,8 +40,11 @@ from bench.w1 import Poller
 STEPS_PER_RUN = 2
 
 
-def run(runs: int, concurrency: int, *, measure_cpu: bool = False) -> dict[str, Any]:
+def run(
+    runs: int, concurrency: int, *, measure_cpu: bool = False, trace: bool = False
+) -> dict[str, Any]:
     redis.Redis.from_url(BROKER_URL).flushdb()
+    trace_file = w4_trace.new_file() if trace else None
     with pg.scratch_database("interlude_w4") as name:
         url = pg.sqlalchemy_url(name)
         env = bench_env(url, BENCH_COUNTER_URL=COUNTER_URL)
@@ -63,8 +67,9 @@ def run(runs: int, concurrency: int, *, measure_cpu: bool = False) -> dict[str, 
             enqueue_run("bench_w4", {"n": i})
         dispose_engines()
         poller = Poller(name)
+        worker_env = env if trace_file is None else w4_trace.worker_env(env, trace_file, flows=True)
         worker = start_worker(
-            "worker", env, INTERLUDE_QUEUES, ["-P", "threads", "-c", str(concurrency)]
+            "worker", worker_env, INTERLUDE_QUEUES, ["-P", "threads", "-c", str(concurrency)]
         )
         try:
             with cpu.spent(worker.pid, enabled=measure_cpu) as spent:
@@ -76,7 +81,10 @@ def run(runs: int, concurrency: int, *, measure_cpu: bool = False) -> dict[str, 
         started = marks.get(W4_STARTED)
         assert started is not None, "no W4 step started"
         seconds = end - float(started)
-    return measured(runs, concurrency, seconds, W4_SLEEP_SECONDS, spent)
+    result = measured(runs, concurrency, seconds, W4_SLEEP_SECONDS, spent)
+    if trace_file is not None:
+        result["trace"] = w4_trace.summary(trace_file, concurrency)
+    return result
 
 
 def measured(
@@ -112,6 +120,8 @@ def report(result: dict[str, Any], label: str = "W4") -> str:
     )
     if "cpu" in result:
         line += "\n  " + cpu.describe(result["cpu"], result["runs"], result["seconds"])
+    if "trace" in result:
+        line += "\n" + w4_trace.describe(result["trace"], result["concurrency"])
     return line
 
 
@@ -121,9 +131,12 @@ def w4_main(description: str, run: Callable[..., dict[str, Any]], label: str) ->
     parser.add_argument("--runs", type=int, default=400)
     parser.add_argument("--concurrency", type=int, default=50)
     parser.add_argument("--cpu", action="store_true", help="also the CPU each process spent")
+    parser.add_argument(
+        "--trace", action="store_true", help="also where the slots went idle (bench.w4_trace)"
+    )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    result = run(args.runs, args.concurrency, measure_cpu=args.cpu)
+    result = run(args.runs, args.concurrency, measure_cpu=args.cpu, trace=args.trace)
     print(json.dumps(result) if args.json else report(result, label))
 
 

@@ -1,6 +1,6 @@
 """W4's broker floor: what Celery alone reaches on W4's tasks, nothing durable.
 
-    .venv/bin/python -m bench.w4_floor [--runs 400] [--concurrency 50] [--cpu] [--json]
+    .venv/bin/python -m bench.w4_floor [--runs 400] [--concurrency 50] [--cpu] [--trace] [--json]
 
 interlude runs a W4 run (two steps of 200 ms each) as one task: the second step continues in
 the task of the first. This bench publishes ``--runs`` tasks that each sleep 400 ms (and mark
@@ -18,7 +18,8 @@ from typing import Any
 
 import redis
 
-from bench import cpu
+# (w4_trace records in the floor's worker, which imports this module, when asked to)
+from bench import cpu, w4_trace
 from bench.processes import (
     BROKER_URL,
     counter,
@@ -48,14 +49,20 @@ def two_steps(n: int) -> None:
     _marks.incr(DONE)
 
 
-def run(runs: int, concurrency: int, *, measure_cpu: bool = False) -> dict[str, Any]:
+def run(
+    runs: int, concurrency: int, *, measure_cpu: bool = False, trace: bool = False
+) -> dict[str, Any]:
     redis.Redis.from_url(BROKER_URL).flushdb()
+    trace_file = w4_trace.new_file() if trace else None
+    env = (
+        floor_env()
+        if trace_file is None
+        else w4_trace.worker_env(floor_env(), trace_file, flows=False)
+    )
     _marks.delete(STARTED, DONE)
     for i in range(runs):
         two_steps.delay(i)
-    worker = start_worker(
-        "bench.w4_floor", floor_env(), QUEUE, ["-P", "threads", "-c", str(concurrency)]
-    )
+    worker = start_worker("bench.w4_floor", env, QUEUE, ["-P", "threads", "-c", str(concurrency)])
     try:
         with cpu.spent(worker.pid, enabled=measure_cpu) as spent:
             deadline = time.monotonic() + TIMEOUT_SECONDS
@@ -67,7 +74,10 @@ def run(runs: int, concurrency: int, *, measure_cpu: bool = False) -> dict[str, 
     finally:
         stop_worker(worker)
     seconds = end - float(_marks.get(STARTED) or end)
-    return measured(runs, concurrency, seconds, STEP_SECONDS, spent)
+    result = measured(runs, concurrency, seconds, STEP_SECONDS, spent)
+    if trace_file is not None:
+        result["trace"] = w4_trace.summary(trace_file, concurrency)
+    return result
 
 
 if __name__ == "__main__":
