@@ -21,6 +21,7 @@ import json
 import os
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import redis
@@ -67,9 +68,11 @@ def run(
             enqueue_run("bench_w4", {"n": i})
         dispose_engines()
         poller = Poller(name)
-        worker_env = env if trace_file is None else w4_trace.worker_env(env, trace_file, flows=True)
         worker = start_worker(
-            "worker", worker_env, INTERLUDE_QUEUES, ["-P", "threads", "-c", str(concurrency)]
+            "worker",
+            w4_trace.worker_env(env, trace_file, flows=True),
+            INTERLUDE_QUEUES,
+            ["-P", "threads", "-c", str(concurrency)],
         )
         try:
             with cpu.spent(worker.pid, enabled=measure_cpu) as spent:
@@ -81,10 +84,7 @@ def run(
         started = marks.get(W4_STARTED)
         assert started is not None, "no W4 step started"
         seconds = end - float(started)
-    result = measured(runs, concurrency, seconds, W4_SLEEP_SECONDS, spent)
-    if trace_file is not None:
-        result["trace"] = w4_trace.summary(trace_file, concurrency)
-    return result
+    return measured(runs, concurrency, seconds, W4_SLEEP_SECONDS, spent, trace_file)
 
 
 def measured(
@@ -93,10 +93,12 @@ def measured(
     seconds: float,
     step_seconds: float,
     spent: dict[str, float] | None = None,
+    trace_file: Path | None = None,
 ) -> dict[str, Any]:
     """W4's figures: ``runs`` runs of two ``step_seconds`` steps took ``seconds`` on
     ``concurrency`` slots; the ideal keeps every slot busy all the time. ``spent``: the CPU
-    by process (``bench.cpu``), when measured."""
+    by process (``bench.cpu``), when measured; ``trace_file``: the worker's trace
+    (``bench.w4_trace``), when recorded."""
     rate = runs * STEPS_PER_RUN / seconds
     ideal = concurrency / step_seconds
     result: dict[str, Any] = {
@@ -109,6 +111,8 @@ def measured(
     }
     if spent:
         result["cpu"] = spent
+    if trace_file is not None:
+        result["trace"] = w4_trace.summary(trace_file, concurrency)
     return result
 
 
@@ -126,7 +130,7 @@ def report(result: dict[str, Any], label: str = "W4") -> str:
 
 
 def w4_main(description: str, run: Callable[..., dict[str, Any]], label: str) -> None:
-    """The command of a W4 variant: ``--runs N --concurrency C [--cpu] [--json]``."""
+    """The command of a W4 variant: ``--runs N --concurrency C [--cpu] [--trace] [--json]``."""
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--runs", type=int, default=400)
     parser.add_argument("--concurrency", type=int, default=50)

@@ -54,14 +54,10 @@ def run(
 ) -> dict[str, Any]:
     redis.Redis.from_url(BROKER_URL).flushdb()
     trace_file = w4_trace.new_file() if trace else None
-    env = (
-        floor_env()
-        if trace_file is None
-        else w4_trace.worker_env(floor_env(), trace_file, flows=False)
-    )
     _marks.delete(STARTED, DONE)
     for i in range(runs):
         two_steps.delay(i)
+    env = w4_trace.worker_env(floor_env(), trace_file, flows=False)
     worker = start_worker("bench.w4_floor", env, QUEUE, ["-P", "threads", "-c", str(concurrency)])
     try:
         with cpu.spent(worker.pid, enabled=measure_cpu) as spent:
@@ -74,10 +70,7 @@ def run(
     finally:
         stop_worker(worker)
     seconds = end - float(_marks.get(STARTED) or end)
-    result = measured(runs, concurrency, seconds, STEP_SECONDS, spent)
-    if trace_file is not None:
-        result["trace"] = w4_trace.summary(trace_file, concurrency)
-    return result
+    return measured(runs, concurrency, seconds, STEP_SECONDS, spent, trace_file)
 
 
 if __name__ == "__main__":

@@ -71,9 +71,11 @@ def new_file() -> Path:
     return Path(tempfile.mkdtemp(prefix="bench-w4-trace-")) / "trace.json"
 
 
-def worker_env(env: dict[str, str], path: Path, *, flows: bool) -> dict[str, str]:
-    """``env`` for a worker that records its trace into ``path``; with ``flows``, an interlude
-    worker, which imports this module as one of its flow modules."""
+def worker_env(env: dict[str, str], path: Path | None, *, flows: bool) -> dict[str, str]:
+    """``env`` for a worker that records its trace into ``path`` (``env`` itself when None);
+    with ``flows``, an interlude worker, which imports this module as one of its flow modules."""
+    if path is None:
+        return env
     traced = {**env, TRACE_FILE_ENV: str(path)}
     if flows:
         traced["INTERLUDE_FLOWS"] = ",".join(

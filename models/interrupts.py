@@ -267,11 +267,7 @@ def actor_and_original(
         query = (
             select(*ACTORS.c, *ATTEMPTS.c)
             .select_from(ACTORS)
-            .outerjoin(
-                ATTEMPTS,
-                (ATTEMPTS.c.actor_id == ACTORS.c.id)
-                & (ATTEMPTS.c.original_key == bindparam("by_key")),
-            )
+            .outerjoin(ATTEMPTS, _claimed_key(ACTORS.c.id))
             .where(ACTORS.c.id == bindparam("by_actor"))
         )
         return strategy.lock_shared(query, of=ACTORS)
@@ -289,10 +285,13 @@ def actor_and_original(
 
 
 def _original_attempt_query() -> Any:
-    return select(*ATTEMPTS.c).where(
-        ATTEMPTS.c.actor_id == bindparam("by_actor"),
-        ATTEMPTS.c.original_key == bindparam("by_key"),
-    )
+    return select(*ATTEMPTS.c).where(_claimed_key(bindparam("by_actor")))
+
+
+def _claimed_key(actor_id: Any) -> Any:
+    """The attempt by which ``actor_id`` claimed key ``by_key`` (one at most: the unique index
+    on ``(actor_id, original_key)``)."""
+    return (ATTEMPTS.c.actor_id == actor_id) & (ATTEMPTS.c.original_key == bindparam("by_key"))
 
 
 def insert_attempt(session: Session, **values: Any) -> int:

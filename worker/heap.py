@@ -31,7 +31,7 @@ def freeze_startup_heap(**_: Any) -> int:
 
 
 def freeze_inherited_heap(**_: Any) -> int:
-    """Freeze, in a pool child just forked, what it inherited and set up (no collection:
-    walking the inherited objects would copy the pages it shares with its parent)."""
+    """Freeze, in a pool child just forked, what it set up since the fork (no collection: its
+    parent collected before forking, and what it inherited is frozen already)."""
     gc.freeze()
     return gc.get_freeze_count()

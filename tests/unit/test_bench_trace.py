@@ -72,3 +72,6 @@ def test_an_interlude_worker_loads_the_recorder_as_a_flow_module(tmp_path: Path)
     assert env["INTERLUDE_FLOWS"] == "bench.flows,bench.w4_trace"
     assert env[TRACE_FILE_ENV] == str(path)
     assert "INTERLUDE_FLOWS" not in worker_env({}, path, flows=False)
+    # ...and a worker that is not traced gets its environment as it was
+    untraced = {"INTERLUDE_FLOWS": "bench.flows"}
+    assert worker_env(untraced, None, flows=True) is untraced
