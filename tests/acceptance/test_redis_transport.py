@@ -70,3 +70,17 @@ def test_a_channel_that_replaced_its_pool_gets_a_new_client(clients_built: Clien
         channel.close()
         # ...and messages still go through it
         assert round_trip(app, conn, 3) == [[0], [1], [2]]
+
+
+def test_the_broker_s_replies_are_parsed_by_hiredis() -> None:
+    # Given interlude installed (redis[hiredis]), When a channel sends a command, Then the
+    # connection that carried it parses the reply with hiredis, not redis-py's Python parser:
+    # the worker's main thread parses every message it takes from the broker.
+    with Connection(URL) as conn:  # type: ignore[no-untyped-call]
+        client = conn.channel()._create_client()
+        assert client.ping()
+        connection = client.connection_pool.get_connection()
+        try:
+            assert type(connection._parser).__name__ == "_HiredisParser"
+        finally:
+            client.connection_pool.release(connection)
