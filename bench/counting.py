@@ -4,7 +4,9 @@
 after): statements (``before_cursor_execute``), commits and rollbacks, pool pre-pings, and the
 server pid of every connection opened, so that the server's statement log can be split by
 process. ``dump()`` writes the counts as JSON into ``$BENCH_COUNTS_DIR``. Only the counting
-runs install it: the timed runs carry no listener.
+runs install it: the timed runs carry no listener. A statement that is its own transaction
+runs on PostgreSQL without a session (``models/scope.py``), so SQLAlchemy sees no commit for
+it: the server's count of transactions (``pg_stat_database``) is the one to read.
 """
 
 from __future__ import annotations

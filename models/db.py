@@ -5,9 +5,9 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar, overload
 
 from sqlalchemy import Engine
 from sqlalchemy.engine import make_url
@@ -15,6 +15,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session, sessionmaker
 
 from models.dialects import AUTOCOMMIT_WRITES, Dialect, dialect_for
+from models.scope import AutocommitScope, Scope
 from models.settings import get_settings
 
 DEFAULT_POOL_SIZE = 5
@@ -94,17 +95,33 @@ def _session_factory() -> tuple[sessionmaker[Session], Dialect]:
     return _sessions[url], _dialects[url]
 
 
+@overload
+def transaction(
+    *, readonly: bool = False, autocommit: Literal[False] = False
+) -> AbstractContextManager[Session]: ...
+
+
+@overload
+def transaction(*, readonly: bool = False, autocommit: bool) -> AbstractContextManager[Scope]: ...
+
+
 @contextmanager
-def transaction(*, readonly: bool = False, autocommit: bool = False) -> Iterator[Session]:
+def transaction(*, readonly: bool = False, autocommit: bool = False) -> Iterator[Any]:
     """One transaction: commit on success, roll back on any exception.
 
     ``autocommit``: the work is at most one write (reads before it or after a failed one
     are fine), so each statement may commit on its own: on PostgreSQL that saves the
-    ``BEGIN`` and ``COMMIT`` round trips. A second write raises (it would not be atomic with
+    ``BEGIN`` and ``COMMIT`` round trips, and the work runs on a pooled connection without
+    an ORM session (``models.scope``). A second write raises (it would not be atomic with
     the first), and so do ORM objects left to flush. A read-only transaction on PostgreSQL is
     autocommit too: under READ COMMITTED each statement sees its own snapshot anyway.
     """
     factory, strategy = _session_factory()
+    if autocommit and not readonly and strategy.autocommits_without_session:
+        with get_engine().connect() as conn:
+            conn.execution_options(**strategy.autocommit_options)
+            yield AutocommitScope(conn, {"dialect": strategy, AUTOCOMMIT_WRITES: 0})
+        return
     session = factory(info={"dialect": strategy})
     options: dict[str, Any] = {"interlude_readonly": True} if readonly else {}
     if autocommit or readonly:
@@ -146,7 +163,7 @@ def current_dialect() -> Dialect:
     return _session_factory()[1]
 
 
-def dialect(session: Session) -> Dialect:
+def dialect(session: Scope) -> Dialect:
     """The strategy of the engine ``session`` works on (set by ``transaction``)."""
     strategy: Dialect = session.info["dialect"]
     return strategy

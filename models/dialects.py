@@ -36,11 +36,11 @@ from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.engine import URL, CursorResult, make_url
 from sqlalchemy.engine import Dialect as SQLDialect
 from sqlalchemy.exc import DisconnectionError
-from sqlalchemy.orm import Session
 from sqlalchemy.sql import FromClause, Insert, Select
 from sqlalchemy.sql.dml import UpdateBase
 
 from models.driver import DriverStatement, NotForDriver
+from models.scope import Scope
 from models.statements import Shapes, Write, insert_row, param
 
 SQLITE_BUSY_TIMEOUT_MS = 30_000
@@ -89,12 +89,14 @@ class Dialect:
     autocommit_options: dict[str, Any] = {"isolation_level": "AUTOCOMMIT"}
     # Whether a claim can be one data-modifying statement (``models.runs.claim_at_once``).
     claims_in_one_statement = True
+    # Whether ``transaction(autocommit=True)`` runs on a bare connection (``models.scope``).
+    autocommits_without_session = True
 
     def __init__(self) -> None:
         self.shapes = Shapes()
 
     def run(
-        self, session: Session, shape: Hashable, build: Callable[[], Any], params: dict[str, Any]
+        self, session: Scope, shape: Hashable, build: Callable[[], Any], params: dict[str, Any]
     ) -> Any:
         """The statement of ``shape`` (``build()`` on first use) executed with ``params``.
 
@@ -171,7 +173,7 @@ class Dialect:
         shape = ("rows", table.name, commons, keys)
         return [Write(shape, build, {**common, "rows": numbered})]
 
-    def execute_with(self, session: Session, statement: Write, writes: Sequence[Write]) -> Any:
+    def execute_with(self, session: Scope, statement: Write, writes: Sequence[Write]) -> Any:
         """``statement`` together with ``writes`` (inserts and updates of other tables).
 
         One statement, the writes riding along as data-modifying CTEs (they see the snapshot
@@ -200,19 +202,19 @@ class Dialect:
             params.update(write.bound(f"w{i}_"))
         return self.run(session, shape, compose, params)
 
-    def execute(self, session: Session, write: Write) -> Any:
+    def execute(self, session: Scope, write: Write) -> Any:
         """One write on its own, its statement built once for its shape."""
         count_write(session)
         return self._execute_one(session, write)
 
-    def _execute_one(self, session: Session, write: Write) -> Any:
+    def _execute_one(self, session: Scope, write: Write) -> Any:
         # (A prefix all the same: a parameter named as its column is reserved in VALUES/SET.)
         return self.run(
             session, ("one", write.shape), lambda: write.build("s_", None), write.bound("s_")
         )
 
 
-def _for_driver(statement: Any, session: Session) -> Any:
+def _for_driver(statement: Any, session: Scope) -> Any:
     """``statement`` compiled for psycopg, or as it is if it cannot be (SQLAlchemy runs it)."""
     try:
         return DriverStatement(statement, session.get_bind().dialect)
@@ -220,7 +222,7 @@ def _for_driver(statement: Any, session: Session) -> Any:
         return statement
 
 
-def count_write(session: Session) -> None:
+def count_write(session: Scope) -> None:
     """An autocommit session may write once: a second write would not be atomic with it."""
     written = session.info.get(AUTOCOMMIT_WRITES)
     if written is None:
@@ -238,10 +240,11 @@ class SQLiteDialect(Dialect):
     autocommit_options: dict[str, Any] = {}
     # (No data-modifying CTEs; in-process, the claim's read and write cost no round trip.)
     claims_in_one_statement = False
+    autocommits_without_session = False  # its writes take the lock in BEGIN IMMEDIATE
 
     # In-process, SQLAlchemy's own execution is what there is to save little against.
     def run(
-        self, session: Session, shape: Hashable, build: Callable[[], Any], params: dict[str, Any]
+        self, session: Scope, shape: Hashable, build: Callable[[], Any], params: dict[str, Any]
     ) -> Any:
         return session.execute(self.shapes.get(shape, build), params)
 
@@ -283,7 +286,7 @@ class SQLiteDialect(Dialect):
         return [Write(("row", table.name, columns), build, {**common, **row}) for row in rows]
 
     # SQLite has no data-modifying CTEs; it is in-process, so a round trip costs little.
-    def execute_with(self, session: Session, statement: Write, writes: Sequence[Write]) -> Any:
+    def execute_with(self, session: Scope, statement: Write, writes: Sequence[Write]) -> Any:
         # The statement first (the writes may refer to the row it inserts), and the writes
         # only if it changed something: what the guard does on PostgreSQL.
         count_write(session)  # (one write as far as atomicity goes: it is one transaction)

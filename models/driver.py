@@ -27,8 +27,9 @@ from typing import Any
 
 from sqlalchemy import Connection
 from sqlalchemy.engine import Dialect as SQLDialect
-from sqlalchemy.orm import Session
 from sqlalchemy.sql import ClauseElement
+
+from models.scope import Scope
 
 Processor = Callable[[Any], Any]
 
@@ -154,7 +155,7 @@ class DriverStatement:
             values[name] = value if process is None else process(value)
         return values
 
-    def execute(self, session: Session, given: dict[str, Any]) -> DriverResult:
+    def execute(self, session: Scope, given: dict[str, Any]) -> DriverResult:
         conn = session.connection()
         params = self.parameters(given)
         cursor = conn.connection.driver_connection.cursor()  # type: ignore[union-attr]

@@ -20,6 +20,7 @@ from models.db import dialect, utcnow
 from models.enums import EffectStatus, RunState
 from models.errors import FencedError
 from models.runs import RUNS, assert_owner
+from models.scope import Scope
 from models.statements import Write, only_if, param, row_values
 from models.tables import Effect
 
@@ -35,7 +36,7 @@ class LedgerEntry:
     epoch: int
 
 
-def load_ledger(session: Session, run_id: str) -> dict[str, LedgerEntry]:
+def load_ledger(session: Scope, run_id: str) -> dict[str, LedgerEntry]:
     rows = session.execute(
         select(
             Effect.idempotency_key, Effect.name, Effect.status, Effect.receipt, Effect.epoch
@@ -44,7 +45,7 @@ def load_ledger(session: Session, run_id: str) -> dict[str, LedgerEntry]:
     return {r[0]: LedgerEntry(*r) for r in rows}
 
 
-def _owned(session: Session, run_id: str, epoch: int) -> Any:
+def _owned(session: Scope, run_id: str, epoch: int) -> Any:
     """``EXISTS``: the run still runs under ``epoch``; the row is held until commit, so a
     reclaim cannot slip in between this write and its commit."""
     fence = select(RUNS.c.id).where(
@@ -54,7 +55,7 @@ def _owned(session: Session, run_id: str, epoch: int) -> Any:
 
 
 def record_intent(
-    session: Session,
+    session: Scope,
     *,
     run_id: str,
     epoch: int,
@@ -158,7 +159,7 @@ class Outcome:
 
 
 def record_outcomes(
-    session: Session, *, run_id: str, epoch: int, outcomes: Sequence[Outcome]
+    session: Scope, *, run_id: str, epoch: int, outcomes: Sequence[Outcome]
 ) -> None:
     """Outcomes of this run's effects, fenced: a stale owner gets FencedError, writes nothing."""
     assert_owner(session, run_id, epoch)

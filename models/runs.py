@@ -49,6 +49,7 @@ from models.errors import (
     RunNotFoundError,
     StaleStateError,
 )
+from models.scope import Scope
 from models.statements import Write, insert_row, only_if, row_values
 from models.tables import (
     Checkpoint,
@@ -120,7 +121,7 @@ def record_events(
 
 
 def events_insert(
-    session: Session,
+    session: Scope,
     run_id: str,
     *,
     actor: str,
@@ -182,7 +183,7 @@ def last_event_detail(session: Session, run_id: str, kind: EventKind) -> Any:
 
 
 def insert_run(
-    session: Session,
+    session: Scope,
     *,
     flow_name: str,
     flow_version: int,
@@ -366,7 +367,7 @@ class ClaimableSteps:
 
 
 def claim_at_once(
-    session: Session, run_id: str, *, owner: str, steps: ClaimableSteps
+    session: Scope, run_id: str, *, owner: str, steps: ClaimableSteps
 ) -> ClaimedRun | None:
     """Claim the run in one statement if it is due and at one of ``steps``; else None.
 
@@ -535,7 +536,7 @@ def _claimed_from(rows: Sequence[Any]) -> ClaimedRun:
 
 
 def move(
-    session: Session,
+    session: Scope,
     run: Run,
     trigger: EventKind,
     *,
@@ -566,7 +567,7 @@ def move(
 
 
 def move_through(
-    session: Session,
+    session: Scope,
     run: Run,
     triggers: Sequence[tuple[EventKind, Any]],
     *,
@@ -639,7 +640,7 @@ def _move_write(run: Run, values: dict[str, Any], fence_epoch: int | None) -> Wr
     return Write(("move", fenced, columns), build, params)
 
 
-def _raise_lost_race(session: Session, run: Run, fence_epoch: int | None) -> NoReturn:
+def _raise_lost_race(session: Scope, run: Run, fence_epoch: int | None) -> NoReturn:
     found = session.execute(
         select(Run.state, Run.state_version, Run.lease_epoch).where(Run.id == run.id)
     ).one_or_none()
@@ -696,7 +697,7 @@ def claim(
         return None
 
 
-def assert_owner(session: Session, run_id: str, epoch: int) -> None:
+def assert_owner(session: Scope, run_id: str, epoch: int) -> None:
     """Fence a write that is not a transition: the run must still be running under ``epoch``.
 
     On PostgreSQL the update also locks the run row until the caller's transaction ends,
@@ -711,7 +712,7 @@ def assert_owner(session: Session, run_id: str, epoch: int) -> None:
         raise FencedError(run_id=run_id, epoch=epoch)
 
 
-def renew_lease(session: Session, run_id: str, *, epoch: int, expires_at: datetime) -> bool:
+def renew_lease(session: Scope, run_id: str, *, epoch: int, expires_at: datetime) -> bool:
     """Extend the lease held at ``epoch``; False if another owner took the run meanwhile."""
     params = {"renewed_run": run_id, "held_epoch": epoch, "renewed_until": expires_at}
     result = dialect(session).run(session, ("renew_lease",), _renew_statement, params)
@@ -790,7 +791,7 @@ def new_checkpoint(
     )
 
 
-def checkpoint_insert(session: Session, checkpoint: Checkpoint) -> Write:
+def checkpoint_insert(session: Scope, checkpoint: Checkpoint) -> Write:
     """The INSERT appending ``checkpoint``, to go with the transition that commits it.
 
     It writes nothing when the sequence is taken: only when another owner committed it first,

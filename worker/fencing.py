@@ -19,12 +19,11 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
-from sqlalchemy.orm import Session
-
 from models import fencing, runs
 from models.db import transaction, utcnow
 from models.effects import LedgerEntry
 from models.errors import FencedError, LeaseMarginError
+from models.scope import Scope
 from models.settings import get_settings
 from models.statements import Write
 
@@ -50,7 +49,7 @@ def margin_for(lease_seconds: float) -> float:
     return min(get_settings().effect_margin, lease_seconds / 2)
 
 
-def renew_for_call(session: Session, ctx: EffectScope) -> Lease:
+def renew_for_call(session: Scope, ctx: EffectScope) -> Lease:
     """Renew the lease in the caller's (intent) transaction; FencedError if it is gone.
 
     The deadline is counted from before the renewal, so time spent waiting for the database

@@ -154,3 +154,46 @@ def test_a_second_write_in_an_autocommit_transaction_is_refused(
     # (the first one, committed on its own on PostgreSQL, or rolled back with SQLite's
     # transaction: never the second)
     assert _counts(run_id)[0] <= before[0] + 1
+
+
+def _events(run_id: str) -> int:
+    return _counts(run_id)[0]
+
+
+def test_an_autocommit_write_on_postgresql_is_committed_before_its_block_ends(
+    db: str, backend: str, tasks: TaskRecorder
+) -> None:
+    if backend != "postgresql":
+        pytest.skip("SQLite's autocommit transaction is a plain one, committed at its end")
+    # Given a run
+    run_id = enqueue_run("three_steps", {"n": 1})
+    before = _events(run_id)
+    # When one write runs in an autocommit transaction (a bare connection, no ORM session)
+    with transaction(autocommit=True) as scope:
+        store.record_event(scope, run_id, actor="t", kind=EventKind.PAUSE_REQUESTED, detail={})
+        # Then another connection sees it at once: the statement committed on its own
+        seen = _events(run_id)
+        # and the ORM's unit of work is not there to leave changes unwritten
+        with pytest.raises(AttributeError):
+            scope.add  # type: ignore[union-attr]  # noqa: B018
+    assert seen == before + 1
+
+
+def test_a_transaction_on_a_connection_that_was_in_autocommit_is_atomic(
+    db: str, tasks: TaskRecorder
+) -> None:
+    # Given a run, and an autocommit write whose connection went back to the pool
+    run_id = enqueue_run("three_steps", {"n": 1})
+    before = _events(run_id)
+    with transaction(autocommit=True) as scope:
+        used = scope.connection().connection.driver_connection
+        store.record_event(scope, run_id, actor="t", kind=EventKind.PAUSE_REQUESTED, detail={})
+    # When a transaction on that same connection writes twice, then fails
+    with pytest.raises(ZeroDivisionError), transaction() as session:
+        assert session.connection().connection.driver_connection is used  # (the pool is LIFO)
+        store.record_event(session, run_id, actor="t", kind=EventKind.PAUSE_REQUESTED, detail={})
+        store.record_event(session, run_id, actor="t", kind=EventKind.PAUSE_REQUESTED, detail={})
+        _ = 1 / 0
+    # Then neither write is there (only the autocommit one): the connection left autocommit
+    # when it was returned
+    assert _events(run_id) == before + 1
