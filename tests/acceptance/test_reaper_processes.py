@@ -37,7 +37,10 @@ def _reaper_process(barrier: Path, name: str) -> subprocess.Popen[bytes]:
         "    total += n\n"
         "print(total)\n"
     )
-    env = dict(os.environ, INTERLUDE_REDISPATCH_AFTER="5")
+    # The lost runs were dispatched a minute ago, so they are due; a run requeued here is not
+    # due again for 30 s, however long the worker takes to claim it while the reapers loop
+    # (with 5 s, a slow machine saw a requeued run republished by the second pass).
+    env = dict(os.environ, INTERLUDE_REDISPATCH_AFTER="30")
     return subprocess.Popen(
         [sys.executable, "-c", code, str(barrier), name],
         cwd=ROOT,
