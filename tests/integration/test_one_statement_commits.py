@@ -9,6 +9,8 @@ lost race writes none of them even though no transaction is there to roll back.
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from sqlalchemy import func, select
 
@@ -47,6 +49,11 @@ def _intent(run_id: str, *, epoch: int) -> Effect:
         created_at=now,
         updated_at=now,
     )
+
+
+def _write_event(session: Any, run_id: str) -> None:
+    """One write: an audit event for ``run_id`` (on a session or an autocommit scope)."""
+    store.record_event(session, run_id, actor="t", kind=EventKind.PAUSE_REQUESTED, detail={})
 
 
 def _load(run_id: str) -> Run:
@@ -149,8 +156,8 @@ def test_a_second_write_in_an_autocommit_transaction_is_refused(
     before = _counts(run_id)
     # When code writes twice in one autocommit transaction, Then the second write raises
     with pytest.raises(RuntimeError, match="second write"), transaction(autocommit=True) as s:
-        store.record_event(s, run_id, actor="t", kind=EventKind.PAUSE_REQUESTED, detail={})
-        store.record_event(s, run_id, actor="t", kind=EventKind.PAUSE_REQUESTED, detail={})
+        _write_event(s, run_id)
+        _write_event(s, run_id)
     # (the first one, committed on its own on PostgreSQL, or rolled back with SQLite's
     # transaction: never the second)
     assert _counts(run_id)[0] <= before[0] + 1
@@ -170,7 +177,7 @@ def test_an_autocommit_write_on_postgresql_is_committed_before_its_block_ends(
     before = _events(run_id)
     # When one write runs in an autocommit transaction (a bare connection, no ORM session)
     with transaction(autocommit=True) as scope:
-        store.record_event(scope, run_id, actor="t", kind=EventKind.PAUSE_REQUESTED, detail={})
+        _write_event(scope, run_id)
         # Then another connection sees it at once: the statement committed on its own
         seen = _events(run_id)
         # and the ORM's unit of work is not there to leave changes unwritten
@@ -189,12 +196,12 @@ def test_a_transaction_on_a_connection_that_was_in_autocommit_is_atomic(
     before = _events(run_id)
     with transaction(autocommit=True) as scope:
         used = scope.connection().connection.driver_connection
-        store.record_event(scope, run_id, actor="t", kind=EventKind.PAUSE_REQUESTED, detail={})
+        _write_event(scope, run_id)
     # When a transaction on that same connection writes twice, then fails
     with pytest.raises(ZeroDivisionError), transaction() as session:
         assert session.connection().connection.driver_connection is used  # (the pool is LIFO)
-        store.record_event(session, run_id, actor="t", kind=EventKind.PAUSE_REQUESTED, detail={})
-        store.record_event(session, run_id, actor="t", kind=EventKind.PAUSE_REQUESTED, detail={})
+        _write_event(session, run_id)
+        _write_event(session, run_id)
         _ = 1 / 0
     # Then neither write is there (only the autocommit one): the connection left autocommit
     # when it was returned
