@@ -15,6 +15,8 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session, sessionmaker
 
 from models.dialects import AUTOCOMMIT_WRITES, Dialect, dialect_for
+from models.kept import autocommit_connection
+from models.kept import release as release_kept
 from models.scope import AutocommitScope, Scope
 from models.settings import get_settings
 
@@ -112,16 +114,17 @@ def transaction(*, readonly: bool = False, autocommit: bool = False) -> Iterator
     ``autocommit``: the work is at most one write (reads before it or after a failed one
     are fine), so each statement may commit on its own: on PostgreSQL that saves the
     ``BEGIN`` and ``COMMIT`` round trips, and the work runs on a pooled connection without
-    an ORM session (``models.scope``). A second write raises (it would not be atomic with
+    an ORM session (``models.scope``), which a worker's step thread keeps for its next one
+    (``models.kept``). A second write raises (it would not be atomic with
     the first), and so do ORM objects left to flush. A read-only transaction on PostgreSQL is
     autocommit too: under READ COMMITTED each statement sees its own snapshot anyway.
     """
     factory, strategy = _session_factory()
     if autocommit and not readonly and strategy.autocommits_without_session:
-        with get_engine().connect() as conn:
-            conn.execution_options(**strategy.autocommit_options)
+        with autocommit_connection(get_engine(), strategy.autocommit_options) as conn:
             yield AutocommitScope(conn, {"dialect": strategy, AUTOCOMMIT_WRITES: 0})
         return
+    release_kept()  # (the session takes a connection of its own: at most one per thread)
     session = factory(info={"dialect": strategy})
     options: dict[str, Any] = {"interlude_readonly": True} if readonly else {}
     if autocommit or readonly:

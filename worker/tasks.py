@@ -16,6 +16,7 @@ from celery.signals import (
 
 from models.db import open_pool, size_pool_for
 from models.errors import StepFailedError
+from models.kept import keep_connections
 from models.settings import get_settings
 from worker import runlog, step_metrics
 from worker.app import app
@@ -94,6 +95,16 @@ worker_ready.connect(serve_from_worker)
 # ready, and in each pool child once forked (the flows were frozen before the fork).
 worker_ready.connect(freeze_startup_heap)
 worker_process_init.connect(freeze_inherited_heap)
+
+
+@worker_process_init.connect  # type: ignore[untyped-decorator]
+def _keep_connection_in_child(**_: Any) -> None:
+    """A prefork pool child runs its steps one after another in its one thread: it keeps its
+    connection between single-statement transactions (models.kept). The parent, which forks
+    the children, never does."""
+    keep_connections()
+
+
 worker_shutdown.connect(step_metrics.cleanup_worker)
 
 
@@ -122,5 +133,12 @@ def _load_flows(sender: Any = None, **_: Any) -> None:
     if isinstance(concurrency, int) and any(p in pool for p in ("thread", "gevent", "eventlet")):
         size_pool_for(concurrency)
         open_pool(concurrency)
+    if "solo" in pool:
+        # Steps run one after another in this process's one thread: it keeps its connection
+        # between single-statement transactions (models.kept). Not a threads pool: there each
+        # thread would keep one of fifty server backends busy where the pool (last in, first
+        # out) keeps a few warm, and W4 measured that the server's extra work outweighs the
+        # worker's saving (docs/performance.md). Not greenlets either: one lives for a task.
+        keep_connections()
     # Before the pool forks: its children inherit these objects frozen (worker.heap).
     freeze_startup_heap()

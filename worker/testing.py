@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
+from models.kept import keeping
 from worker import dispatch
 from worker.runtime import execute
 from worker.tasknames import TASK_RESUME, TASK_STEP
@@ -84,6 +85,10 @@ class TaskRecorder:
         the executed steps publish are executed too. Exceptions from a step's execution
         propagate. Raises ``DrainTimeoutError`` if tasks remain after ``timeout`` seconds.
         """
+        with keeping():  # (this thread keeps its connection between steps, as a worker's does)
+            return self._drain(timeout)
+
+    def _drain(self, timeout: float) -> int:
         deadline = time.monotonic() + timeout
         executed = 0
         while True:
