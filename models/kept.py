@@ -41,7 +41,8 @@ _disconnects: WeakKeyDictionary[Engine, list[int]] = WeakKeyDictionary()
 class _Kept(threading.local):
     def __init__(self) -> None:
         self.connection: Connection | None = None
-        self.engine: Engine | None = None
+        # Its engine's disconnects counter (see _disconnects), and its value at checkout.
+        self.disconnects: list[int] = [0]
         self.disconnects_seen = 0
         self.last_used = 0.0
         self.busy = False
@@ -89,54 +90,60 @@ def autocommit_connection(engine: Engine, options: dict[str, Any]) -> Iterator[C
     it may keep one; otherwise checked out for the block only, as without keeping."""
     kept = _kept
     if not (_enabled or kept.keeping) or kept.busy:  # (busy: a transaction inside another)
-        with engine.connect() as own:
-            own.execution_options(**options)
+        with _connect(engine, options) as own:
             yield own
         return
     if kept.connection is not None and not _still_good(kept, engine):
         _release(kept)
     conn = kept.connection
     if conn is None:
-        seen = _disconnect_count(engine)  # (read first: a disconnect meanwhile releases it)
-        conn = engine.connect()
-        try:
-            conn.execution_options(**options)
-        except BaseException:
-            conn.close()
-            raise
-        kept.connection, kept.engine, kept.disconnects_seen = conn, engine, seen
+        disconnects = _disconnects_of(engine)
+        seen = disconnects[0]  # (read first: a disconnect meanwhile releases it)
+        conn = kept.connection = _connect(engine, options)
+        kept.disconnects, kept.disconnects_seen = disconnects, seen
     kept.busy = True
     try:
         yield conn
         if conn.in_transaction():  # (SQLAlchemy's own execution began one; nothing at the server)
             conn.rollback()
     except BaseException:
-        kept.busy = False
         _release(kept)
         raise
-    kept.busy = False
+    finally:
+        kept.busy = False
     kept.last_used = time.monotonic()
+
+
+def _connect(engine: Engine, options: dict[str, Any]) -> Connection:
+    conn = engine.connect()
+    try:
+        conn.execution_options(**options)
+    except BaseException:
+        conn.close()
+        raise
+    return conn
 
 
 def _still_good(kept: _Kept, engine: Engine) -> bool:
     conn = kept.connection
+    assert conn is not None
     return (
-        conn is not None
-        and kept.engine is engine
+        conn.engine is engine
         and not conn.closed
         and not conn.invalidated
-        and kept.disconnects_seen == _disconnect_count(engine)
+        and kept.disconnects[0] == kept.disconnects_seen
         and time.monotonic() - kept.last_used < IDLE_PING_SECONDS
     )
 
 
 def _release(kept: _Kept) -> None:
-    conn, kept.connection, kept.engine = kept.connection, None, None
+    conn, kept.connection = kept.connection, None
     if conn is not None:
         conn.close()
 
 
-def _disconnect_count(engine: Engine) -> int:
+def _disconnects_of(engine: Engine) -> list[int]:
+    """How many times a connection of ``engine`` was found disconnected (counted from now)."""
     counter = _disconnects.get(engine)
     if counter is None:
         with _lock:
@@ -144,7 +151,7 @@ def _disconnect_count(engine: Engine) -> int:
             if counter is None:
                 counter = _disconnects[engine] = [0]
                 event.listen(engine, "handle_error", _count_disconnect)
-    return counter[0]
+    return counter
 
 
 def _count_disconnect(context: Any) -> None:
