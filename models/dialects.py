@@ -202,6 +202,20 @@ class Dialect:
             params.update(write.bound(f"w{i}_"))
         return self.run(session, shape, compose, params)
 
+    def execute_then(self, session: Scope, first: Write, then: Write) -> list[Any]:
+        """``then`` only if ``first`` (an UPDATE ... RETURNING, a compare-and-set) matched, in
+        one statement: ``then`` is built guarded on ``first``'s rows (``insert_row``,
+        ``only_if``). The rows ``then`` returns; none when ``first`` matched nothing, and then
+        nothing at all was written."""
+        count_write(session)
+
+        def compose() -> Any:
+            guard = first.build("f_", None).cte("f")
+            return then.build("t_", guard).add_cte(guard)
+
+        params = {**first.bound("f_"), **then.bound("t_")}
+        return list(self.run(session, ("then", first.shape, then.shape), compose, params).all())
+
     def execute(self, session: Scope, write: Write) -> Any:
         """One write on its own, its statement built once for its shape."""
         count_write(session)
@@ -286,6 +300,12 @@ class SQLiteDialect(Dialect):
         return [Write(("row", table.name, columns), build, {**common, **row}) for row in rows]
 
     # SQLite has no data-modifying CTEs; it is in-process, so a round trip costs little.
+    def execute_then(self, session: Scope, first: Write, then: Write) -> list[Any]:
+        count_write(session)  # (one write as far as atomicity goes: it is one transaction)
+        if not self._execute_one(session, first).all():
+            return []
+        return list(self._execute_one(session, then).all())
+
     def execute_with(self, session: Scope, statement: Write, writes: Sequence[Write]) -> Any:
         # The statement first (the writes may refer to the row it inserts), and the writes
         # only if it changed something: what the guard does on PostgreSQL.

@@ -443,19 +443,22 @@ def _accept(
         )
     except StaleStateError as exc:
         raise _LostRace(str(exc)) from None
-    if not store.transition(
+    outcome = ResumeOutcome.ACCEPTED
+    values, reason = _attempt_values(attempt, outcome, f"{contract.decision.value} by {actor}")
+    # The interrupt's resolution and the attempt that accepted it, in one statement.
+    attempt_id = store.transition_recorded(
         session,
         interrupt,
         "resolve",
+        values,
         decision=contract.decision.value,
         resume_input=submitted,
         resolved_by=who,
         resolved_at=now,
-    ):
-        raise _LostRace("interrupt was resolved concurrently")
-    return _insert(
-        session, attempt, ResumeOutcome.ACCEPTED, f"{contract.decision.value} by {actor}"
     )
+    if attempt_id is None:
+        raise _LostRace("interrupt was resolved concurrently")
+    return _recorded(attempt, attempt_id, outcome, reason)
 
 
 def _repeat(session: Session, attempt: _Attempt, original: ResumeAttempt) -> ResumeResult:
@@ -492,20 +495,43 @@ def _insert(
     new_interrupt_id: str | None = None,
     claim: bool = True,
 ) -> ResumeResult:
+    values, reason = _attempt_values(attempt, outcome, reason, claim=claim)
+    attempt_id = store.insert_attempt(session, **values)
+    return _recorded(
+        attempt, attempt_id, outcome, reason, original=original, new_interrupt_id=new_interrupt_id
+    )
+
+
+def _attempt_values(
+    attempt: _Attempt, outcome: ResumeOutcome, reason: str, *, claim: bool = True
+) -> tuple[dict[str, Any], str]:
+    """The attempt's row as it is stored (the credential redacted everywhere), and its reason."""
     redact = attempt.credential.redact
     reason = _capped(redact(reason))
-    attempt_id = store.insert_attempt(
-        session,
-        run_id=_redacted_id(attempt.run_id, redact),
-        interrupt_id=_redacted_id(attempt.interrupt_id, redact),
-        actor_id=_redacted_id(attempt.actor_id, redact),
-        idempotency_key=_redacted_id(attempt.key, redact),
-        original_key=attempt.key if claim and outcome not in UNBOUND_OUTCOMES else None,
-        payload_hash=attempt.payload_hash,
-        outcome=outcome.value,
-        reason=reason,
-        payload=_stored_payload(attempt, outcome),
-    )
+    values = {
+        "run_id": _redacted_id(attempt.run_id, redact),
+        "interrupt_id": _redacted_id(attempt.interrupt_id, redact),
+        "actor_id": _redacted_id(attempt.actor_id, redact),
+        "idempotency_key": _redacted_id(attempt.key, redact),
+        "original_key": attempt.key if claim and outcome not in UNBOUND_OUTCOMES else None,
+        "payload_hash": attempt.payload_hash,
+        "outcome": outcome.value,
+        "reason": reason,
+        "payload": _stored_payload(attempt, outcome),
+    }
+    return values, reason
+
+
+def _recorded(
+    attempt: _Attempt,
+    attempt_id: int,
+    outcome: ResumeOutcome,
+    reason: str,
+    *,
+    original: ResumeAttempt | None = None,
+    new_interrupt_id: str | None = None,
+) -> ResumeResult:
+    """The result of the attempt recorded as ``attempt_id``, logged."""
     # What callers supplied (ids, reasons built from them) goes into fields, never the message.
     log.info(
         "resume attempt %d: %s",

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from sqlalchemy import select, update
 
+from models import interrupts as interrupt_store
 from models.contracts import InterruptView, ResumeContract
 from models.db import transaction, utcnow
 from models.tables import Event, Interrupt
@@ -247,7 +248,9 @@ def test_accepted_resume_continues_the_run_once(waiting: Waiting, tasks: TaskRec
     assert claim.detail == {"epoch": max(before) + 1, "step": "gate"}
 
 
-def test_an_accepted_resume_reads_in_two_statements(db: str, waiting: Waiting) -> None:
+def test_an_accepted_resume_reads_in_two_statements(
+    db: str, backend: str, waiting: Waiting
+) -> None:
     # Given alice's approval, When it is submitted
     contract = contract_for(waiting.interrupt, "alice")
     with statements_sent(db) as sent:
@@ -256,11 +259,44 @@ def test_an_accepted_resume_reads_in_two_statements(db: str, waiting: Waiting) -
     # Then the gateway read twice: the actor with the attempt that claimed the key (none yet),
     # then the interrupt with its run; everything else it sent was a write
     assert sent.count("SELECT") == 2, sent
+    # ...on PostgreSQL in two statements: the run's move with its event, then the interrupt's
+    # resolution with the attempt that accepted it
+    if backend == "postgresql":
+        assert sent == ["SELECT", "SELECT", "WITH", "WITH"], sent
+    assert get_interrupt(waiting.interrupt.id).status == "resolved"
+    assert _attempt(result.attempt_id).outcome == "accepted"
     # ...and a second submission with the same key is answered from the first read alone
     with statements_sent(db) as again:
         repeat = submit_resume(contract, waiting.credential)
     assert repeat.outcome.value == "duplicate"
     assert again.count("SELECT") == 1, again
+
+
+def test_a_resolution_that_lost_its_race_records_no_attempt(waiting: Waiting) -> None:
+    # Given the pending interrupt as this process read it
+    with transaction(readonly=True) as session:
+        seen = interrupt_store.get(session, waiting.interrupt.id)
+    assert seen is not None and seen.status == "pending"
+    # and another process resolving it first
+    with transaction() as session:
+        other = interrupt_store.get(session, waiting.interrupt.id)
+        assert other is not None
+        assert interrupt_store.transition(session, other, "resolve", resolved_by="bob")
+    attempts = len(list_resume_attempts(interrupt_id=waiting.interrupt.id))
+    # When this process resolves it with the attempt that accepted it
+    with transaction() as session:
+        recorded = interrupt_store.transition_recorded(
+            session,
+            seen,
+            "resolve",
+            {"interrupt_id": seen.id, "outcome": "accepted", "reason": "approved by alice"},
+            resolved_by="alice",
+        )
+    # Then neither is written: no attempt says it was accepted, the first resolution stands
+    assert recorded is None
+    assert len(list_resume_attempts(interrupt_id=waiting.interrupt.id)) == attempts
+    assert get_interrupt(waiting.interrupt.id).resolved_by == "bob"
+    assert seen.status == "pending"
 
 
 def test_a_rejection_is_returned_to_the_step(waiting: Waiting) -> None:
