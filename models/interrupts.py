@@ -1,7 +1,8 @@
 """The interrupts store: the only code that reads or writes interrupts and resume attempts.
 
 An interrupt's status moves only through ``transition`` (a compare-and-set on the status the
-lifecycle in ``statemachine.interrupts`` allows), and "a newer interrupt asks in place of this
+lifecycle in ``statemachine.interrupts`` allows; ``transition_recorded`` is the same move with
+the resume attempt that made it), and "a newer interrupt asks in place of this
 one" exists once, in ``supersede``, for escalations and renewed reviews alike.
 """
 
