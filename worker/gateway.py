@@ -444,7 +444,7 @@ def _accept(
     except StaleStateError as exc:
         raise _LostRace(str(exc)) from None
     outcome = ResumeOutcome.ACCEPTED
-    values, reason = _attempt_values(attempt, outcome, f"{contract.decision.value} by {actor}")
+    values = _attempt_values(attempt, outcome, f"{contract.decision.value} by {actor}")
     # The interrupt's resolution and the attempt that accepted it, in one statement.
     attempt_id = store.transition_recorded(
         session,
@@ -458,7 +458,7 @@ def _accept(
     )
     if attempt_id is None:
         raise _LostRace("interrupt was resolved concurrently")
-    return _recorded(attempt, attempt_id, outcome, reason)
+    return _recorded(attempt, attempt_id, outcome, values["reason"])
 
 
 def _repeat(session: Session, attempt: _Attempt, original: ResumeAttempt) -> ResumeResult:
@@ -495,20 +495,25 @@ def _insert(
     new_interrupt_id: str | None = None,
     claim: bool = True,
 ) -> ResumeResult:
-    values, reason = _attempt_values(attempt, outcome, reason, claim=claim)
+    values = _attempt_values(attempt, outcome, reason, claim=claim)
     attempt_id = store.insert_attempt(session, **values)
     return _recorded(
-        attempt, attempt_id, outcome, reason, original=original, new_interrupt_id=new_interrupt_id
+        attempt,
+        attempt_id,
+        outcome,
+        values["reason"],
+        original=original,
+        new_interrupt_id=new_interrupt_id,
     )
 
 
 def _attempt_values(
     attempt: _Attempt, outcome: ResumeOutcome, reason: str, *, claim: bool = True
-) -> tuple[dict[str, Any], str]:
-    """The attempt's row as it is stored (the credential redacted everywhere), and its reason."""
+) -> dict[str, Any]:
+    """The attempt's row as it is stored: the credential redacted everywhere, the reason
+    capped (the result reports the reason as stored)."""
     redact = attempt.credential.redact
-    reason = _capped(redact(reason))
-    values = {
+    return {
         "run_id": _redacted_id(attempt.run_id, redact),
         "interrupt_id": _redacted_id(attempt.interrupt_id, redact),
         "actor_id": _redacted_id(attempt.actor_id, redact),
@@ -516,10 +521,9 @@ def _attempt_values(
         "original_key": attempt.key if claim and outcome not in UNBOUND_OUTCOMES else None,
         "payload_hash": attempt.payload_hash,
         "outcome": outcome.value,
-        "reason": reason,
+        "reason": _capped(redact(reason)),
         "payload": _stored_payload(attempt, outcome),
     }
-    return values, reason
 
 
 def _recorded(
