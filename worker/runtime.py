@@ -555,39 +555,31 @@ def _commit_failure(claimed: Claimed, ctx: StepContext, exc: Exception, owner: s
         extra={"action": "step_failed", "run_id": run.id},
     )
     backoff = min(step.backoff * 2 ** (attempts - 1), MAX_BACKOFF_SECONDS)
+    # A retry gives up the lease and waits out its backoff before its task is published.
+    retrying: dict[str, Any] = {}
+    if retry:
+        now = utcnow()
+        retrying = {
+            "lease_owner": None,
+            "lease_expires_at": None,
+            "not_before": now + timedelta(seconds=backoff),
+            "dispatched_at": now,
+        }
     try:
         with transaction(autocommit=True) as session:
-            if retry:
-                now = utcnow()
-                store.move(
-                    session,
-                    run,
-                    EventKind.RETRY,
-                    actor=actor,
-                    fence_epoch=ctx.epoch,
-                    detail=detail,
-                    facts=_counted(ctx),
-                    writes=_outcomes(ctx),
-                    step_attempts=attempts,
-                    error=error,
-                    lease_owner=None,
-                    lease_expires_at=None,
-                    not_before=now + timedelta(seconds=backoff),
-                    dispatched_at=now,
-                )
-            else:
-                store.move(
-                    session,
-                    run,
-                    EventKind.FAIL,
-                    actor=actor,
-                    fence_epoch=ctx.epoch,
-                    detail=detail,
-                    facts=_counted(ctx),
-                    writes=_outcomes(ctx),
-                    step_attempts=attempts,
-                    error=error,
-                )
+            store.move(
+                session,
+                run,
+                EventKind.RETRY if retry else EventKind.FAIL,
+                actor=actor,
+                fence_epoch=ctx.epoch,
+                detail=detail,
+                facts=_counted(ctx),
+                writes=_outcomes(ctx),
+                step_attempts=attempts,
+                error=error,
+                **retrying,
+            )
     except (FencedError, StaleStateError) as fenced:
         return _discard(run.id, fenced)
     failure = Failure(

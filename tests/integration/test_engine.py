@@ -7,8 +7,8 @@ import time
 
 from sqlalchemy import select, update
 
-from models.db import transaction
-from models.tables import Checkpoint, Event
+from models.db import transaction, utcnow
+from models.tables import Checkpoint, Event, Run
 from worker import enqueue_run, get_run
 from worker.testing import TaskRecorder
 
@@ -95,6 +95,13 @@ def test_each_failed_attempt_hands_its_committed_failure_to_the_task(tasks: Task
             assert failure is not None
             # (what the database says at the moment the task would report the failure)
             reports.append((failure, get_run(run_id).state))
+            with transaction(readonly=True) as session:
+                row = session.get(Run, run_id)
+                assert row is not None
+                # No step holds the run while it waits; a retry is due only after its backoff
+                assert (row.lease_owner, row.lease_expires_at) == (None, None)
+                due = row.not_before is not None and row.not_before > utcnow()
+                assert due is (failure.retry_in is not None)
     # Then the first two attempts report a retry and the third the failure for good, each
     # after its commit: the run is queued for the retry, or failed, before the task says so
     assert [(f.attempt, f.retry_in is not None, state) for f, state in reports] == [
