@@ -182,8 +182,31 @@ class Dialect:
         nothing at all is written, so the statement may be its own transaction. Its rows are
         what the result returns.
         """
+        return self._with(session, statement, writes, None)
+
+    def execute_chain(
+        self, session: Scope, statement: Write, writes: Sequence[Write], then: Write
+    ) -> tuple[Any, Any]:
+        """``execute_with``, and ``then`` at the end of the chain, in the same statement:
+        guarded on the rows of the last of ``writes`` (a compare-and-set returning its row),
+        so it writes only if ``statement`` and that write both matched.
+
+        Returns ``statement``'s first row (None: it matched nothing, and nothing was written)
+        and the first column of the row ``then`` returned (None: it wrote nothing, while
+        ``statement`` and the other writes did: only a rollback takes them back).
+        """
+        if not writes:
+            raise ValueError("a chain needs a write for its last link to be guarded on")
+        row = self._with(session, statement, writes, then).first()
+        return (None, None) if row is None else (row, row[-1])
+
+    def _with(
+        self, session: Scope, statement: Write, writes: Sequence[Write], then: Write | None
+    ) -> Any:
         count_write(session)
-        shape = ("with", statement.shape, tuple(w.shape for w in writes))
+        shape: tuple[Any, ...] = ("with", statement.shape, tuple(w.shape for w in writes))
+        if then is not None:
+            shape += (then.shape,)
 
         def compose() -> Any:
             main = statement.build("m_", None)
@@ -195,26 +218,19 @@ class Dialect:
                 )
             moved = main.cte("m")
             guarded = [w.build(f"w{i}_", moved).cte(f"w{i}") for i, w in enumerate(writes)]
-            return select(*moved.c).add_cte(*guarded)
+            columns: list[Any] = list(moved.c)
+            if then is not None:
+                last = then.build("t_", guarded[-1]).cte("t")
+                guarded.append(last)
+                columns.append(select(*last.c).scalar_subquery().label("then"))
+            return select(*columns).add_cte(*guarded)
 
         params = statement.bound("m_")
         for i, write in enumerate(writes):
             params.update(write.bound(f"w{i}_"))
+        if then is not None:
+            params.update(then.bound("t_"))
         return self.run(session, shape, compose, params)
-
-    def execute_then(self, session: Scope, first: Write, then: Write) -> list[Any]:
-        """``then`` only if ``first`` (an UPDATE ... RETURNING, a compare-and-set) matched, in
-        one statement: ``then`` is built guarded on ``first``'s rows (``insert_row``,
-        ``only_if``). The rows ``then`` returns; none when ``first`` matched nothing, and then
-        nothing at all was written."""
-        count_write(session)
-
-        def compose() -> Any:
-            guard = first.build("f_", None).cte("f")
-            return then.build("t_", guard).add_cte(guard)
-
-        params = {**first.bound("f_"), **then.bound("t_")}
-        return list(self.run(session, ("then", first.shape, then.shape), compose, params).all())
 
     def execute(self, session: Scope, write: Write) -> Any:
         """One write on its own, its statement built once for its shape."""
@@ -300,11 +316,21 @@ class SQLiteDialect(Dialect):
         return [Write(("row", table.name, columns), build, {**common, **row}) for row in rows]
 
     # SQLite has no data-modifying CTEs; it is in-process, so a round trip costs little.
-    def execute_then(self, session: Scope, first: Write, then: Write) -> list[Any]:
+    def execute_chain(
+        self, session: Scope, statement: Write, writes: Sequence[Write], then: Write
+    ) -> tuple[Any, Any]:
+        if not writes:
+            raise ValueError("a chain needs a write for its last link to be guarded on")
         count_write(session)  # (one write as far as atomicity goes: it is one transaction)
-        if not self._execute_one(session, first).all():
-            return []
-        return list(self._execute_one(session, then).all())
+        row = self._execute_one(session, statement).first()
+        if row is None:
+            return None, None
+        for write in writes[:-1]:
+            self._execute_one(session, write)
+        if not self._execute_one(session, writes[-1]).all():
+            return row, None
+        recorded = self._execute_one(session, then).first()
+        return row, None if recorded is None else recorded[0]
 
     def execute_with(self, session: Scope, statement: Write, writes: Sequence[Write]) -> Any:
         # The statement first (the writes may refer to the row it inserts), and the writes

@@ -1,9 +1,10 @@
 """The interrupts store: the only code that reads or writes interrupts and resume attempts.
 
-An interrupt's status moves only through ``transition`` (a compare-and-set on the status the
-lifecycle in ``statemachine.interrupts`` allows; ``transition_recorded`` is the same move with
-the resume attempt that made it), and "a newer interrupt asks in place of this
-one" exists once, in ``supersede``, for escalations and renewed reviews alike.
+An interrupt's status moves only through the compare-and-set of ``transition_write`` (on the
+status the lifecycle in ``statemachine.interrupts`` allows): on its own in ``transition``, or
+riding along the run's move of an accepted resume, with the attempt that made it
+(``models.runs.move_recorded``). "A newer interrupt asks in place of this one" exists once,
+in ``supersede``, for escalations and renewed reviews alike.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from models.contracts import InterruptDecl
 from models.db import dialect, utcnow
 from models.enums import EventKind, InterruptStatus
 from models.runs import RUNS, new_id
-from models.statements import Write, insert_row, row_values
+from models.statements import Write, insert_row, only_if, row_values
 from models.tables import Actor, Interrupt, ResumeAttempt, Run, from_row
 from statemachine import interrupt_destination, interrupt_sources
 
@@ -88,50 +89,32 @@ def transition(session: Session, interrupt: Interrupt, trigger: str, **values: A
 
     False when another process moved it first (nothing is written then).
     """
-    move, values = _transition_write(interrupt, trigger, values)
+    move, values = transition_write(interrupt, trigger, **values)
     # (Counted by its rows: SQLite's count of an UPDATE ... RETURNING is not final before.)
     if len(dialect(session).execute(session, move).all()) != 1:
         return False
-    for key, value in values.items():
-        set_committed_value(interrupt, key, value)
+    moved(interrupt, values)
     return True
 
 
-def transition_recorded(
-    session: Session, interrupt: Interrupt, trigger: str, attempt: dict[str, Any], **values: Any
-) -> int | None:
-    """``transition``, and the resume attempt that moved the interrupt recorded with it in
-    the same statement (on PostgreSQL; one round trip fewer for an accepted resume).
-
-    Returns the attempt's id; None when another process moved the interrupt first, and
-    then neither is written.
-    """
-    move, values = _transition_write(interrupt, trigger, values)
-    rows = dialect(session).execute_then(session, move, _attempt_write(attempt))
-    if not rows:
-        return None
-    for key, value in values.items():
-        set_committed_value(interrupt, key, value)
-    return int(rows[0].id)
-
-
-def _transition_write(
-    interrupt: Interrupt, trigger: str, values: dict[str, Any]
+def transition_write(
+    interrupt: Interrupt, trigger: str, **values: Any
 ) -> tuple[Write, dict[str, Any]]:
-    """The compare-and-set UPDATE that moves ``interrupt`` by ``trigger``, returning its id,
-    and the values it sets."""
+    """The compare-and-set UPDATE that moves ``interrupt`` by ``trigger``, returning its id
+    (riding along another statement, guarded on its rows), and the values it sets: ``moved``
+    gives them to ``interrupt`` once it is written."""
     sources = tuple(s.value for s in interrupt_sources(trigger))
     values = {**values, "status": interrupt_destination(trigger, sources[0]).value}
     values.setdefault("resolved_at", utcnow())
     columns = tuple(sorted(values))
 
     def build(prefix: str, guard: FromClause | None) -> UpdateBase:
+        update_it = update(INTERRUPTS).where(
+            INTERRUPTS.c.id == bindparam(prefix + "moved_interrupt"),
+            INTERRUPTS.c.status.in_(sources),
+        )
         return (
-            update(INTERRUPTS)
-            .where(
-                INTERRUPTS.c.id == bindparam(prefix + "moved_interrupt"),
-                INTERRUPTS.c.status.in_(sources),
-            )
+            only_if(update_it, guard)
             .values(row_values(INTERRUPTS, columns, prefix + "to_"))
             .returning(INTERRUPTS.c.id)
         )
@@ -139,6 +122,12 @@ def _transition_write(
     params = {f"to_{k}": v for k, v in values.items()}
     params["moved_interrupt"] = interrupt.id
     return Write(("interrupt_move", sources, columns), build, params), values
+
+
+def moved(interrupt: Interrupt, values: dict[str, Any]) -> None:
+    """``interrupt`` as its ``transition_write`` left it in the database."""
+    for key, value in values.items():
+        set_committed_value(interrupt, key, value)
 
 
 def supersede(
@@ -325,11 +314,12 @@ def _claimed_key(actor_id: Any) -> Any:
 
 def insert_attempt(session: Session, **values: Any) -> int:
     """Record one resume attempt; returns its id."""
-    return int(dialect(session).execute(session, _attempt_write(values)).scalar_one())
+    return int(dialect(session).execute(session, attempt_write(values)).scalar_one())
 
 
-def _attempt_write(values: dict[str, Any]) -> Write:
-    """The INSERT of one resume attempt, returning its id."""
+def attempt_write(values: dict[str, Any]) -> Write:
+    """The INSERT of one resume attempt, returning its id (guarded: one per row of its
+    guard)."""
     values = {"at": utcnow(), **values}
     columns = tuple(sorted(values))
 

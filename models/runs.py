@@ -586,6 +586,44 @@ def move_through(
     The events and ``writes`` go in the same round trip as the update, so when it raises (a
     lost race) they may have been written: the transaction (or savepoint) must not commit.
     """
+    _move(session, run, triggers, actor, fence_epoch, facts, writes, None, fields)
+    return run
+
+
+def move_recorded(
+    session: Session,
+    run: Run,
+    trigger: EventKind,
+    *,
+    actor: str,
+    detail: Any = None,
+    writes: Sequence[Write],
+    then: Write,
+    **fields: Any,
+) -> Any:
+    """``move``, and ``then`` after it in the same round trip, guarded on the last of
+    ``writes`` (a compare-and-set returning its row): written only if the run and that row
+    both moved. Returns the first column ``then`` returned.
+
+    None when the last write matched nothing: then the run's move and the other writes were
+    made all the same, and the caller's transaction must roll back. A lost race on the run
+    raises as ``move`` does.
+    """
+    return _move(session, run, [(trigger, detail)], actor, None, (), writes, then, fields)
+
+
+def _move(
+    session: Scope,
+    run: Run,
+    triggers: Sequence[tuple[EventKind, Any]],
+    actor: str,
+    fence_epoch: int | None,
+    facts: Sequence[tuple[EventKind, Any]],
+    writes: Sequence[Write],
+    then: Write | None,
+    fields: dict[str, Any],
+) -> Any:
+    """The CAS of ``move_through`` (``run`` updated in place), and what ``then`` returned."""
     overridden = LIFECYCLE_FIELDS & fields.keys()
     if overridden:
         raise ValueError(f"{sorted(overridden)} are set by the lifecycle, not by callers")
@@ -608,17 +646,17 @@ def move_through(
         at=now,
         moves=list(pairwise(states)),
     )
-    returned = (
-        dialect(session)
-        .execute_with(session, _move_write(run, values, fence_epoch), [*events, *writes])
-        .first()
-    )
+    strategy, move = dialect(session), _move_write(run, values, fence_epoch)
+    if then is None:
+        returned, recorded = strategy.execute_with(session, move, [*events, *writes]).first(), None
+    else:
+        returned, recorded = strategy.execute_chain(session, move, [*events, *writes], then)
     if returned is None:
         _raise_lost_race(session, run, fence_epoch)
     values["pause_requested_by"] = returned.pause_requested_by
     for key, value in values.items():
         set_committed_value(run, key, value)
-    return run
+    return recorded
 
 
 def _move_write(run: Run, values: dict[str, Any], fence_epoch: int | None) -> Write:

@@ -428,8 +428,20 @@ def _accept(
         fields["budget_allowance"] = allowance
     if interrupt.name == PAUSE_INTERRUPT:
         fields["pause_requested_by"] = None
+    outcome = ResumeOutcome.ACCEPTED
+    values = _attempt_values(attempt, outcome, f"{contract.decision.value} by {actor}")
+    resolve, resolved = store.transition_write(
+        interrupt,
+        "resolve",
+        decision=contract.decision.value,
+        resume_input=submitted,
+        resolved_by=who,
+        resolved_at=now,
+    )
+    # One statement: the run's move with its event, the interrupt's resolution, and the
+    # attempt that accepted it, each written only if the one before it matched.
     try:
-        run_store.move(
+        attempt_id = run_store.move_recorded(
             session,
             run,
             EventKind.ACCEPT_RESUME,
@@ -439,26 +451,16 @@ def _accept(
                 "decision": contract.decision.value,
                 **({} if revalidated else {"revalidation": DEFERRED}),
             },
+            writes=[resolve],
+            then=store.attempt_write(values),
             **fields,
         )
     except StaleStateError as exc:
         raise _LostRace(str(exc)) from None
-    outcome = ResumeOutcome.ACCEPTED
-    values = _attempt_values(attempt, outcome, f"{contract.decision.value} by {actor}")
-    # The interrupt's resolution and the attempt that accepted it, in one statement.
-    attempt_id = store.transition_recorded(
-        session,
-        interrupt,
-        "resolve",
-        values,
-        decision=contract.decision.value,
-        resume_input=submitted,
-        resolved_by=who,
-        resolved_at=now,
-    )
-    if attempt_id is None:
+    if attempt_id is None:  # (the run moved: _LostRace rolls the transaction back)
         raise _LostRace("interrupt was resolved concurrently")
-    return _recorded(attempt, attempt_id, outcome, values["reason"])
+    store.moved(interrupt, resolved)
+    return _recorded(attempt, int(attempt_id), outcome, values["reason"])
 
 
 def _repeat(session: Session, attempt: _Attempt, original: ResumeAttempt) -> ResumeResult:

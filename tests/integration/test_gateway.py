@@ -12,12 +12,15 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from sqlalchemy import select, update
+from sqlalchemy import func, select, update
 
 from models import interrupts as interrupt_store
+from models import runs as run_store
 from models.contracts import InterruptView, ResumeContract
 from models.db import transaction, utcnow
-from models.tables import Event, Interrupt
+from models.enums import EventKind
+from models.errors import StaleStateError
+from models.tables import Event, Interrupt, ResumeAttempt, Run
 from tests.flows.interrupts import PRICE_UNAVAILABLE, Approval, scratch_redis
 from tests.resumes import contract_for, drain_finished, drain_pending, snapshot
 from tests.services import statements_sent, wait_for
@@ -259,10 +262,10 @@ def test_an_accepted_resume_reads_in_two_statements(
     # Then the gateway read twice: the actor with the attempt that claimed the key (none yet),
     # then the interrupt with its run; everything else it sent was a write
     assert sent.count("SELECT") == 2, sent
-    # ...on PostgreSQL in two statements: the run's move with its event, then the interrupt's
-    # resolution with the attempt that accepted it
+    # ...on PostgreSQL in one statement: the run's move with its event, the interrupt's
+    # resolution and the attempt that accepted it
     if backend == "postgresql":
-        assert sent == ["SELECT", "SELECT", "WITH", "WITH"], sent
+        assert sent == ["SELECT", "SELECT", "WITH"], sent
     assert get_interrupt(waiting.interrupt.id).status == "resolved"
     assert _attempt(result.attempt_id).outcome == "accepted"
     # ...and a second submission with the same key is answered from the first read alone
@@ -273,30 +276,81 @@ def test_an_accepted_resume_reads_in_two_statements(
 
 
 def test_a_resolution_that_lost_its_race_records_no_attempt(waiting: Waiting) -> None:
-    # Given the pending interrupt as this process read it
+    # Given the pending interrupt and its waiting run as this process read them
     with transaction(readonly=True) as session:
         seen = interrupt_store.get(session, waiting.interrupt.id)
-    assert seen is not None and seen.status == "pending"
-    # and another process resolving it first
+        run = session.get(Run, waiting.run_id)
+        assert run is not None
+        session.expunge(run)
+    assert seen is not None and seen.status == "pending" and run.state == "waiting"
+    # and another process resolving the interrupt first
     with transaction() as session:
         other = interrupt_store.get(session, waiting.interrupt.id)
         assert other is not None
         assert interrupt_store.transition(session, other, "resolve", resolved_by="bob")
     attempts = len(list_resume_attempts(interrupt_id=waiting.interrupt.id))
-    # When this process resolves it with the attempt that accepted it
-    with transaction() as session:
-        recorded = interrupt_store.transition_recorded(
+    # When this process moves the run with the interrupt's resolution and the attempt that
+    # accepted it, as the gateway does
+    resolve, _ = interrupt_store.transition_write(seen, "resolve", resolved_by="alice")
+    record = interrupt_store.attempt_write(
+        {"interrupt_id": seen.id, "outcome": "accepted", "reason": "approved by alice"}
+    )
+    with pytest.raises(LookupError), transaction() as session:
+        recorded = run_store.move_recorded(
             session,
-            seen,
-            "resolve",
-            {"interrupt_id": seen.id, "outcome": "accepted", "reason": "approved by alice"},
-            resolved_by="alice",
+            session.merge(run, load=False),
+            EventKind.ACCEPT_RESUME,
+            actor="human:alice",
+            writes=[resolve],
+            then=record,
+            dispatched_at=utcnow(),
         )
-    # Then neither is written: no attempt says it was accepted, the first resolution stands
-    assert recorded is None
+        # Then the resolution matched nothing, so the attempt was not written
+        assert recorded is None
+        raise LookupError("roll back, as the gateway does")  # (its _LostRace)
+    # ...and nothing of it remains: no attempt says it was accepted, the first resolution
+    # stands, the run still waits
     assert len(list_resume_attempts(interrupt_id=waiting.interrupt.id)) == attempts
     assert get_interrupt(waiting.interrupt.id).resolved_by == "bob"
+    assert get_run(waiting.run_id).state == "waiting"
     assert seen.status == "pending"
+
+
+def test_a_resume_whose_run_moved_first_writes_nothing_in_its_statement(
+    waiting: Waiting,
+) -> None:
+    # Given the waiting run and its interrupt as this process read them
+    with transaction(readonly=True) as session:
+        seen = interrupt_store.get(session, waiting.interrupt.id)
+        run = session.get(Run, waiting.run_id)
+        assert seen is not None and run is not None
+        session.expunge(run)
+    # and another process moving the run first
+    with transaction() as session:
+        session.execute(
+            update(Run).where(Run.id == run.id).values(state_version=Run.state_version + 1)
+        )
+    resolve, _ = interrupt_store.transition_write(seen, "resolve", resolved_by="alice")
+    record = interrupt_store.attempt_write(
+        {"interrupt_id": seen.id, "outcome": "accepted", "reason": "approved by alice"}
+    )
+    with transaction() as session:
+        # When this process moves the run with the resolution and the attempt riding along
+        with pytest.raises(StaleStateError):
+            run_store.move_recorded(
+                session,
+                session.merge(run, load=False),
+                EventKind.ACCEPT_RESUME,
+                actor="human:alice",
+                writes=[resolve],
+                then=record,
+                dispatched_at=utcnow(),
+            )
+        # Then its statement wrote nothing, as seen inside the transaction before any rollback
+        status = select(Interrupt.status).where(Interrupt.id == seen.id)
+        assert session.execute(status).scalar_one() == "pending"
+        recorded = select(func.count()).where(ResumeAttempt.interrupt_id == seen.id)
+        assert session.execute(recorded).scalar_one() == 0
 
 
 def test_a_rejection_is_returned_to_the_step(waiting: Waiting) -> None:
