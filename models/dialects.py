@@ -213,6 +213,8 @@ class Dialect:
             if not writes:
                 return main
             if not len(main.exported_columns):  # nothing to guard on (a plain INSERT)
+                if then is not None:
+                    raise ValueError("a chain starts with a compare-and-set returning its row")
                 return main.add_cte(
                     *(w.build(f"w{i}_", None).cte(f"w{i}") for i, w in enumerate(writes))
                 )
