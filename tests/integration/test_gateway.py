@@ -275,14 +275,38 @@ def test_an_accepted_resume_reads_in_two_statements(
     assert again.count("SELECT") == 1, again
 
 
-def test_a_resolution_that_lost_its_race_records_no_attempt(waiting: Waiting) -> None:
-    # Given the pending interrupt and its waiting run as this process read them
+def _as_read(waiting: Waiting) -> tuple[Interrupt, Run]:
+    """The pending interrupt and its run as this process read them, detached."""
     with transaction(readonly=True) as session:
         seen = interrupt_store.get(session, waiting.interrupt.id)
         run = session.get(Run, waiting.run_id)
-        assert run is not None
+        assert seen is not None and run is not None
         session.expunge(run)
-    assert seen is not None and seen.status == "pending" and run.state == "waiting"
+    assert seen.status == "pending" and run.state == "waiting"
+    return seen, run
+
+
+def _accept_as_alice(session: Any, seen: Interrupt, run: Run) -> Any:
+    """The gateway's write for alice's accepted resume of ``seen``: the run's move, the
+    interrupt's resolution and the attempt, in one statement; the attempt's id or None."""
+    resolve, _ = interrupt_store.transition_write(seen, "resolve", resolved_by="alice")
+    record = interrupt_store.attempt_write(
+        {"interrupt_id": seen.id, "outcome": "accepted", "reason": "approved by alice"}
+    )
+    return run_store.move_recorded(
+        session,
+        session.merge(run, load=False),
+        EventKind.ACCEPT_RESUME,
+        actor="human:alice",
+        writes=[resolve],
+        then=record,
+        dispatched_at=utcnow(),
+    )
+
+
+def test_a_resolution_that_lost_its_race_records_no_attempt(waiting: Waiting) -> None:
+    # Given the pending interrupt and its waiting run as this process read them
+    seen, run = _as_read(waiting)
     # and another process resolving the interrupt first
     with transaction() as session:
         other = interrupt_store.get(session, waiting.interrupt.id)
@@ -291,20 +315,8 @@ def test_a_resolution_that_lost_its_race_records_no_attempt(waiting: Waiting) ->
     attempts = len(list_resume_attempts(interrupt_id=waiting.interrupt.id))
     # When this process moves the run with the interrupt's resolution and the attempt that
     # accepted it, as the gateway does
-    resolve, _ = interrupt_store.transition_write(seen, "resolve", resolved_by="alice")
-    record = interrupt_store.attempt_write(
-        {"interrupt_id": seen.id, "outcome": "accepted", "reason": "approved by alice"}
-    )
     with pytest.raises(LookupError), transaction() as session:
-        recorded = run_store.move_recorded(
-            session,
-            session.merge(run, load=False),
-            EventKind.ACCEPT_RESUME,
-            actor="human:alice",
-            writes=[resolve],
-            then=record,
-            dispatched_at=utcnow(),
-        )
+        recorded = _accept_as_alice(session, seen, run)
         # Then the resolution matched nothing, so the attempt was not written
         assert recorded is None
         raise LookupError("roll back, as the gateway does")  # (its _LostRace)
@@ -320,32 +332,16 @@ def test_a_resume_whose_run_moved_first_writes_nothing_in_its_statement(
     waiting: Waiting,
 ) -> None:
     # Given the waiting run and its interrupt as this process read them
-    with transaction(readonly=True) as session:
-        seen = interrupt_store.get(session, waiting.interrupt.id)
-        run = session.get(Run, waiting.run_id)
-        assert seen is not None and run is not None
-        session.expunge(run)
+    seen, run = _as_read(waiting)
     # and another process moving the run first
     with transaction() as session:
         session.execute(
             update(Run).where(Run.id == run.id).values(state_version=Run.state_version + 1)
         )
-    resolve, _ = interrupt_store.transition_write(seen, "resolve", resolved_by="alice")
-    record = interrupt_store.attempt_write(
-        {"interrupt_id": seen.id, "outcome": "accepted", "reason": "approved by alice"}
-    )
     with transaction() as session:
         # When this process moves the run with the resolution and the attempt riding along
         with pytest.raises(StaleStateError):
-            run_store.move_recorded(
-                session,
-                session.merge(run, load=False),
-                EventKind.ACCEPT_RESUME,
-                actor="human:alice",
-                writes=[resolve],
-                then=record,
-                dispatched_at=utcnow(),
-            )
+            _accept_as_alice(session, seen, run)
         # Then its statement wrote nothing, as seen inside the transaction before any rollback
         status = select(Interrupt.status).where(Interrupt.id == seen.id)
         assert session.execute(status).scalar_one() == "pending"
