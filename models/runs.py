@@ -586,7 +586,17 @@ def move_through(
     The events and ``writes`` go in the same round trip as the update, so when it raises (a
     lost race) they may have been written: the transaction (or savepoint) must not commit.
     """
-    _move(session, run, triggers, actor, fence_epoch, facts, writes, None, fields)
+    _move(
+        session,
+        run,
+        triggers,
+        actor=actor,
+        fence_epoch=fence_epoch,
+        facts=facts,
+        writes=writes,
+        then=None,
+        fields=fields,
+    )
     return run
 
 
@@ -609,13 +619,24 @@ def move_recorded(
     made all the same, and the caller's transaction must roll back. A lost race on the run
     raises as ``move`` does.
     """
-    return _move(session, run, [(trigger, detail)], actor, None, (), writes, then, fields)
+    return _move(
+        session,
+        run,
+        [(trigger, detail)],
+        actor=actor,
+        fence_epoch=None,
+        facts=(),
+        writes=writes,
+        then=then,
+        fields=fields,
+    )
 
 
 def _move(
     session: Scope,
     run: Run,
     triggers: Sequence[tuple[EventKind, Any]],
+    *,
     actor: str,
     fence_epoch: int | None,
     facts: Sequence[tuple[EventKind, Any]],
