@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import signal
 from collections.abc import Callable
 
 import redis
@@ -12,7 +11,8 @@ from sqlalchemy import func, select
 from models import runs as run_store
 from models.db import transaction, utcnow
 from models.tables import Checkpoint, Event, Run
-from tests.services import WorkerProcess, wait_for
+from tests.conftest import OWN_BROKER_DB
+from tests.services import WorkerProcess, redis_client, wait_for
 from worker import app, enqueue_run, get_run
 from worker.reaper import reap
 from worker.tasknames import QUEUE_STEPS, TASK_STEP
@@ -103,17 +103,22 @@ def test_same_run_published_twice_at_once_commits_the_step_once(
 
 
 def test_worker_killed_mid_step_leaves_a_consistent_recoverable_run(
-    db: str, start_worker: Callable[..., WorkerProcess]
+    db: str, own_broker: str, start_worker: Callable[..., WorkerProcess]
 ) -> None:
     signals = redis.Redis.from_url(os.environ["INTERLUDE_TEST_REDIS"])
-    # Given a worker executing the second step of a run, which takes a long time
-    start_worker("--pool", "solo")
+    broker = redis_client(OWN_BROKER_DB)
+    # Given a worker whose pool child executes the second step of a run, which takes long
+    worker = start_worker("-c", "1")
     run_id = enqueue_run("slow", {"sleep": 60})
-    pid = int(wait_for(lambda: signals.get(f"slow:started:{run_id}"), timeout=30))
-    # When the process executing it is killed with SIGKILL in the middle of that step (another
-    # worker of the session may have taken the task: kill whichever process runs the step)
-    os.kill(pid, signal.SIGKILL)
-    wait_for(lambda: not _alive(pid), timeout=10)
+    child = int(wait_for(lambda: signals.get(f"slow:started:{run_id}"), timeout=30))
+    # Then only the worker holds the step's message: taken off its queue, and recorded nowhere
+    # else in Redis (no acknowledgement emulation: no round trips to record and unrecord it)
+    assert _queued(broker) == 0
+    assert broker.exists("unacked", "unacked_index") == 0
+    # When the whole worker (its main process and the child) is killed with SIGKILL in the
+    # middle of that step, so that the message is gone with it
+    worker.kill()
+    wait_for(lambda: not _alive(child) and not _alive(worker.pid), timeout=10)
     # Then the run is still `running` under the dead process's lease, with only the checkpoints
     # of completed steps and no trace of the interrupted one
     run = get_run(run_id)
@@ -134,10 +139,16 @@ def test_worker_killed_mid_step_leaves_a_consistent_recoverable_run(
     # And once the lease has expired, the reaper hands the run to a live worker, which
     # finishes it (this time the step is quick)
     wait_for(lambda: utcnow() > lease_end, timeout=10)
+    assert _queued(broker) == 0
     start_worker("-c", "1")
     assert reap() == 1
     wait_for(lambda: get_run(run_id).state == "succeeded", timeout=30)
     assert get_run(run_id).flow_state == {"began": True, "crawled": True}
+
+
+def _queued(broker: redis.Redis) -> int:
+    """Messages waiting in the steps queue (kombu keeps one list per priority)."""
+    return sum(broker.llen(key) for key in broker.scan_iter(f"{QUEUE_STEPS}*"))
 
 
 def _alive(pid: int) -> bool:
