@@ -82,10 +82,12 @@ def bench_interlude(runs: int, database: str, concurrency: int) -> float:
     try:
         from sqlalchemy import func, select
 
+        from bench.w1 import ready_caller
         from models.db import transaction
         from models.tables import Run
         from worker import enqueue_run
 
+        ready_caller()
         start = time.perf_counter()
         for i in range(runs):
             enqueue_run("bench_three_steps", {"n": i})
