@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable
 
 import redis
@@ -144,6 +145,26 @@ def test_worker_killed_mid_step_leaves_a_consistent_recoverable_run(
     assert reap() == 1
     wait_for(lambda: get_run(run_id).state == "succeeded", timeout=30)
     assert get_run(run_id).flow_state == {"began": True, "crawled": True}
+
+
+def test_a_killed_pool_child_s_task_is_delivered_again_by_its_worker(
+    db: str, own_broker: str, start_worker: Callable[..., WorkerProcess]
+) -> None:
+    signals = redis.Redis.from_url(os.environ["INTERLUDE_TEST_REDIS"])
+    # Given a worker whose pool child is killed (SIGKILL) in the middle of a run's second step
+    worker = start_worker("-c", "1")
+    run_id = enqueue_run("slow", {"die": True})
+    wait_for(lambda: signals.get(f"slow:started:{run_id}"), timeout=30)
+    # Then the worker's main process, which held the message (Redis keeps no copy), puts the
+    # task back on the queue, and it is delivered again and ends: the run is the dead child's
+    # until its lease expires, so the second delivery does nothing
+    received = re.compile(r"Task interlude\.run_step\[([0-9a-f-]+)\] received")
+    wait_for(lambda: len(received.findall(worker.output())) >= 2, timeout=30)
+    first, again = received.findall(worker.output())[:2]
+    assert first == again
+    assert "WorkerLostError" in worker.output()
+    wait_for(lambda: f"run_step[{again}] succeeded" in worker.output(), timeout=30)
+    assert get_run(run_id).state == "running"
 
 
 def _queued(broker: redis.Redis) -> int:
