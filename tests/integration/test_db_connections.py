@@ -19,6 +19,7 @@ from models.db import (
     open_pool,
     transaction,
 )
+from models.kept import keep_connections
 from models.settings import reset_settings
 
 
@@ -117,6 +118,28 @@ def test_a_worker_opens_its_connections_before_its_first_step(db: str) -> None:
     with transaction(readonly=True) as session:
         session.execute(text("SELECT 1"))
     assert opened == []
+
+
+def test_a_pool_child_connects_before_its_first_step(db: str) -> None:
+    from worker.tasks import _keep_connection_in_child
+
+    # Given a prefork pool child just forked (no engine, no connection yet)
+    dispose_engines()
+    try:
+        # When the worker's process-init hook runs in it
+        _keep_connection_in_child()
+        # Then one connection is open and waiting in the pool
+        pool = get_engine(db).pool
+        assert pool.checkedin() == 1 and pool.checkedout() == 0  # type: ignore[attr-defined]
+        # And the child's first step takes it: none is opened for it
+        opened: list[object] = []
+        event.listen(get_engine(db), "connect", lambda *_: opened.append(1))
+        with transaction(autocommit=True) as scope:
+            scope.execute(text("SELECT 1"))
+        assert opened == []
+    finally:
+        keep_connections(False)
+        dispose_engines()
 
 
 def test_an_unreachable_database_does_not_stop_a_worker_from_starting(
