@@ -7,6 +7,10 @@ interlude still gets through.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from typing import Any
+
 import pytest
 from sqlalchemy import event, text
 from sqlalchemy.exc import DBAPIError
@@ -110,14 +114,8 @@ def test_a_worker_opens_its_connections_before_its_first_step(db: str) -> None:
     # A threads-pool worker holds a connection ready for each step it may run at once.
     dispose_engines()
     assert open_pool(3) == 3
-    pool = get_engine(db).pool
-    assert pool.checkedin() == 3 and pool.checkedout() == 0  # type: ignore[attr-defined]
     # The steps then take those connections: none is opened for them.
-    opened: list[object] = []
-    event.listen(get_engine(db), "connect", lambda *_: opened.append(1))
-    with transaction(readonly=True) as session:
-        session.execute(text("SELECT 1"))
-    assert opened == []
+    _waiting_and_taken(db, 3, lambda: transaction(readonly=True))
 
 
 def test_a_pool_child_connects_before_its_first_step(db: str) -> None:
@@ -128,18 +126,26 @@ def test_a_pool_child_connects_before_its_first_step(db: str) -> None:
     try:
         # When the worker's process-init hook runs in it
         _keep_connection_in_child()
-        # Then one connection is open and waiting in the pool
-        pool = get_engine(db).pool
-        assert pool.checkedin() == 1 and pool.checkedout() == 0  # type: ignore[attr-defined]
-        # And the child's first step takes it: none is opened for it
-        opened: list[object] = []
-        event.listen(get_engine(db), "connect", lambda *_: opened.append(1))
-        with transaction(autocommit=True) as scope:
-            scope.execute(text("SELECT 1"))
-        assert opened == []
+        # Then one connection is open and waiting in the pool, and the child's first step
+        # (a single-statement transaction) takes it: none is opened for it
+        _waiting_and_taken(db, 1, lambda: transaction(autocommit=True))
     finally:
         keep_connections(False)
         dispose_engines()
+
+
+def _waiting_and_taken(
+    db: str, connections: int, step: Callable[[], AbstractContextManager[Any]]
+) -> None:
+    """``connections`` wait open in the pool, and a ``step`` transaction opens none."""
+    pool = get_engine(db).pool
+    assert pool.checkedin() == connections  # type: ignore[attr-defined]
+    assert pool.checkedout() == 0  # type: ignore[attr-defined]
+    opened: list[object] = []
+    event.listen(get_engine(db), "connect", lambda *_: opened.append(1))
+    with step() as scope:
+        scope.execute(text("SELECT 1"))
+    assert opened == []
 
 
 def test_an_unreachable_database_does_not_stop_a_worker_from_starting(
