@@ -57,9 +57,10 @@ def size_pool_for(concurrent_steps: int) -> None:
 def open_pool(connections: int) -> int:
     """Open up to ``connections`` connections to the database now and keep them in the pool.
 
-    A threads-pool worker calls it before it takes its first task: otherwise its first burst
-    of steps (a full pool's worth, after every start or deployment) opens that many
-    connections at once, each step waiting on the server's start-up of a backend. Returns how
+    A worker calls it before it takes its first task: a threads-pool worker for all its slots,
+    or its first burst of steps (a full pool's worth, after every start or deployment) opens
+    that many connections at once, each step waiting on the server's start-up of a backend;
+    a prefork pool child for its one connection, or its first step waits for it. Returns how
     many it opened; a database that cannot be reached now is not an error (the steps will
     connect, or wait, when they run).
     """

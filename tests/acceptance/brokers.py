@@ -12,6 +12,8 @@ import pytest
 from kombu import Connection
 
 from tests.acceptance.private_services import PrivateRabbit
+from tests.conftest import OWN_BROKER_DB
+from tests.services import redis_client
 from worker.tasknames import QUEUE_MAINTENANCE, QUEUE_RESUMES, QUEUE_STEPS
 
 BROKERS = ["redis", "rabbitmq"]
@@ -51,4 +53,21 @@ def queued_messages(url: str) -> dict[str, int]:
                 counts[queue] = int(declared.message_count)
             finally:
                 channel.close()
+    return counts
+
+
+def messages_held(broker: str) -> dict[str, int]:
+    """Messages the broker of a test's own processes holds: on Redis, every run queue's lists
+    (one per priority) and kombu's record of messages taken but not acknowledged (which
+    interlude's transport options leave unwritten); on RabbitMQ, the ready messages of the run
+    queues (unacknowledged deliveries are the worker's, and it reports them as reserved)."""
+    if broker.startswith("amqp://"):
+        return queued_messages(broker)
+    redis = redis_client(OWN_BROKER_DB)
+    counts: dict[str, int] = {}
+    for key in redis.scan_iter("interlude.*"):
+        if redis.type(key) == b"list":
+            counts[key.decode(errors="replace")] = int(redis.llen(key))
+    for key in ("unacked", "unacked_index"):
+        counts[key] = int(redis.zcard(key) if redis.type(key) == b"zset" else redis.hlen(key))
     return counts

@@ -12,8 +12,8 @@ from sqlalchemy import func, select
 from models import runs as run_store
 from models.db import transaction, utcnow
 from models.tables import Checkpoint, Event, Run
-from tests.conftest import OWN_BROKER_DB
-from tests.services import WorkerProcess, redis_client, wait_for
+from tests.acceptance.brokers import messages_held
+from tests.services import WorkerProcess, wait_for
 from worker import app, enqueue_run, get_run
 from worker.reaper import reap
 from worker.tasknames import QUEUE_STEPS, TASK_STEP
@@ -107,15 +107,13 @@ def test_worker_killed_mid_step_leaves_a_consistent_recoverable_run(
     db: str, own_broker: str, start_worker: Callable[..., WorkerProcess]
 ) -> None:
     signals = redis.Redis.from_url(os.environ["INTERLUDE_TEST_REDIS"])
-    broker = redis_client(OWN_BROKER_DB)
     # Given a worker whose pool child executes the second step of a run, which takes long
     worker = start_worker("-c", "1")
     run_id = enqueue_run("slow", {"sleep": 60})
     child = int(wait_for(lambda: signals.get(f"slow:started:{run_id}"), timeout=30))
     # Then only the worker holds the step's message: taken off its queue, and recorded nowhere
     # else in Redis (no acknowledgement emulation: no round trips to record and unrecord it)
-    assert _queued(broker) == 0
-    assert broker.exists("unacked", "unacked_index") == 0
+    assert set(messages_held(own_broker).values()) == {0}, messages_held(own_broker)
     # When the whole worker (its main process and the child) is killed with SIGKILL in the
     # middle of that step, so that the message is gone with it
     worker.kill()
@@ -140,7 +138,7 @@ def test_worker_killed_mid_step_leaves_a_consistent_recoverable_run(
     # And once the lease has expired, the reaper hands the run to a live worker, which
     # finishes it (this time the step is quick)
     wait_for(lambda: utcnow() > lease_end, timeout=10)
-    assert _queued(broker) == 0
+    assert set(messages_held(own_broker).values()) == {0}, messages_held(own_broker)
     start_worker("-c", "1")
     assert reap() == 1
     wait_for(lambda: get_run(run_id).state == "succeeded", timeout=30)
@@ -165,11 +163,6 @@ def test_a_killed_pool_child_s_task_is_delivered_again_by_its_worker(
     assert "WorkerLostError" in worker.output()
     wait_for(lambda: f"run_step[{again}] succeeded" in worker.output(), timeout=30)
     assert get_run(run_id).state == "running"
-
-
-def _queued(broker: redis.Redis) -> int:
-    """Messages waiting in the steps queue (kombu keeps one list per priority)."""
-    return sum(broker.llen(key) for key in broker.scan_iter(f"{QUEUE_STEPS}*"))
 
 
 def _alive(pid: int) -> bool:

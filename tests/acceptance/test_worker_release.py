@@ -11,10 +11,9 @@ from sqlalchemy import func, select
 
 from models.db import transaction
 from models.tables import Event, Run
-from tests.acceptance.brokers import queued_messages
-from tests.conftest import OWN_BROKER_DB
+from tests.acceptance.brokers import messages_held
 from tests.resumes import contract_for, wait_finished, wait_pending
-from tests.services import WorkerProcess, forget_connections, redis_client, wait_for
+from tests.services import WorkerProcess, forget_connections, wait_for
 from worker import add_actor, app, enqueue_run, list_interrupts, submit_resume
 from worker.tasknames import QUEUE_RESUMES, QUEUE_STEPS
 
@@ -75,24 +74,6 @@ def _answers(node: str) -> Any:
     return (replies or {}).get(node)
 
 
-def _queued_messages(broker: str) -> dict[str, int]:
-    """Messages sitting in the broker: the run queues (every priority list) and kombu's unacked.
-
-    On RabbitMQ, the ready messages of the run queues (unacknowledged deliveries are the
-    worker's, and the worker reports them as reserved).
-    """
-    if broker.startswith("amqp://"):
-        return queued_messages(broker)
-    redis = redis_client(OWN_BROKER_DB)
-    counts: dict[str, int] = {}
-    for key in redis.scan_iter("interlude.*"):
-        if redis.type(key) == b"list":
-            counts[key.decode(errors="replace")] = int(redis.llen(key))
-    for key in ("unacked", "unacked_index"):
-        counts[key] = int(redis.zcard(key) if redis.type(key) == b"zset" else redis.hlen(key))
-    return counts
-
-
 def test_fifty_waiting_runs_hold_no_worker_slot(
     db: str, start_worker: Callable[..., WorkerProcess], broker_url: str
 ) -> None:
@@ -114,7 +95,7 @@ def test_fifty_waiting_runs_hold_no_worker_slot(
         wait_for(lambda: _inspect(node, "active") == [], timeout=10)
         assert _inspect(node, "reserved") == []
         assert _inspect(node, "scheduled") == []
-        assert set(_queued_messages(broker_url).values()) == {0}, _queued_messages(broker_url)
+        assert set(messages_held(broker_url).values()) == {0}, messages_held(broker_url)
         assert len(list_interrupts(status="pending", kind="approval")) == WAITING_RUNS
         # When a run of another flow is started, Then it completes at once on that same slot
         quick = enqueue_run("quick", {})
