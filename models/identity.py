@@ -2,7 +2,9 @@
 
 Two spellings of one person (``Bob``, `` bob ``, a full-width ``bob``) are one id, so
 separation of duties cannot be sidestepped by typing a name differently, and the prefixes
-interlude writes for itself (``system:expiry``) cannot be taken by an actor.
+interlude writes for itself (``system:expiry``) cannot be taken by an actor, nor can text
+shaped like a credential (stored attempts redact such text, so the actor could not be told
+apart from its own redaction).
 """
 
 from __future__ import annotations
@@ -15,6 +17,10 @@ MAX_ACTOR_ID = 190
 ACTOR_ID = re.compile(rf"^[a-z0-9_.@:\-]{{1,{MAX_ACTOR_ID}}}$")
 # interlude records its own decisions under these; no actor may look like them.
 RESERVED_PREFIXES = ("system:", "worker:")
+CREDENTIAL_PREFIX = "ilc_"
+# What a credential interlude issued looks like (its prefix, then token_urlsafe(32): 43
+# characters). Such text is redacted wherever a submission is stored.
+CREDENTIAL_SHAPE = re.compile(rf"{CREDENTIAL_PREFIX}[A-Za-z0-9_\-]{{20,}}")
 
 
 def normal_actor_id(value: str) -> str:
@@ -33,4 +39,9 @@ def actor_id_problem(value: object) -> str | None:
         return f"an actor id may only hold letters, digits and ._@:- (1 to {MAX_ACTOR_ID})"
     if normal.startswith(RESERVED_PREFIXES):
         return f"the prefixes {' and '.join(RESERVED_PREFIXES)} are reserved for interlude"
+    if CREDENTIAL_SHAPE.search(normal):
+        return (
+            f"an actor id may not hold {CREDENTIAL_PREFIX} followed by 20 or more letters, "
+            "digits, _ or - (that is the shape of a credential, redacted where stored)"
+        )
     return None

@@ -15,14 +15,10 @@ from models import actors as store
 from models.contracts import ActorView
 from models.db import transaction, utcnow
 from models.errors import ActorError, ActorExistsError, ActorNotFoundError
-from models.identity import actor_id_problem, normal_actor_id
+from models.identity import CREDENTIAL_PREFIX, CREDENTIAL_SHAPE, actor_id_problem, normal_actor_id
 from models.tables import Actor
 
 ROLE = re.compile(r"^[A-Za-z0-9_.:\-]{1,100}$")
-CREDENTIAL_PREFIX = "ilc_"
-# What a credential this module issued looks like (token_urlsafe(32) is 43 characters): such
-# text is redacted wherever a submission is stored.
-CREDENTIAL_SHAPE = re.compile(r"ilc_[A-Za-z0-9_\-]{20,}")
 REDACTED = "ilc_[redacted]"
 # Compared against when the actor does not exist, so that timing does not tell who exists.
 _ABSENT_HASH = "sha256$" + "0" * 64
@@ -63,7 +59,17 @@ class Credential:
         """``text`` with this credential, and anything shaped like one, replaced."""
         if isinstance(self._text, str) and len(self._text) >= 8 and self._text in text:
             text = text.replace(self._text, REDACTED)
-        return CREDENTIAL_SHAPE.sub(REDACTED, text)
+        return redact_shaped(text)
+
+
+def redact_shaped(text: str) -> str:
+    """``text`` with anything shaped like an issued credential replaced.
+
+    The ids an attempt is filed under (run, interrupt, actor, key) get only this: redacting
+    the submitted text there too would let a caller file a refusal out of sight, by sending
+    the interrupt's id as the credential. Every issued credential has this shape.
+    """
+    return CREDENTIAL_SHAPE.sub(REDACTED, text)
 
 
 def checked_actor_id(actor_id: object) -> str:

@@ -46,11 +46,12 @@ from models.errors import InterludeError, StaleStateError
 from models.identity import normal_actor_id
 from models.tables import Actor, Interrupt, ResumeAttempt, Run
 from worker import dispatch
-from worker.actors import Credential, verified
+from worker.actors import Credential, redact_shaped, verified
 from worker.declarations import PAUSE_INTERRUPT
 from worker.flows import Flow, Migration, RevalidationContext, continuation, load_flow_modules
 from worker.interrupts import notify, view
 from worker.migration import DEFERRED
+from worker.safetext import escape_controls
 from worker.schemas import BudgetGrant, describe_errors, json_schema_of, lookup
 
 log = logging.getLogger(__name__)
@@ -516,14 +517,15 @@ def _attempt_values(
     capped (the result reports the reason as stored)."""
     redact = attempt.credential.redact
     return {
-        "run_id": _redacted_id(attempt.run_id, redact),
-        "interrupt_id": _redacted_id(attempt.interrupt_id, redact),
-        "actor_id": _redacted_id(attempt.actor_id, redact),
-        "idempotency_key": _redacted_id(attempt.key, redact),
+        "run_id": _redacted_id(attempt.run_id),
+        "interrupt_id": _redacted_id(attempt.interrupt_id),
+        "actor_id": _redacted_id(attempt.actor_id),
+        "idempotency_key": _redacted_id(attempt.key),
         "original_key": attempt.key if claim and outcome not in UNBOUND_OUTCOMES else None,
         "payload_hash": attempt.payload_hash,
         "outcome": outcome.value,
-        "reason": _capped(redact(reason)),
+        # One line, whatever text of the caller's the reason repeats (ids, field names).
+        "reason": _capped(redact(escape_controls(reason))),
         "payload": _stored_payload(attempt, outcome),
     }
 
@@ -588,8 +590,8 @@ def _capped(reason: str) -> str:
     return reason if len(reason) <= MAX_REASON else reason[: MAX_REASON - 1] + "…"
 
 
-def _redacted_id(value: str | None, redact: Any) -> str | None:
-    return redact(value) if value is not None else None
+def _redacted_id(value: str | None) -> str | None:
+    return redact_shaped(value) if value is not None else None
 
 
 def _stored_payload(attempt: _Attempt, outcome: ResumeOutcome) -> Any:

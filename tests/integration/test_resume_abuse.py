@@ -158,6 +158,17 @@ def test_interludes_own_prefixes_are_refused_for_actors(db: str, actor_id: str) 
         add_actor(actor_id, ["approver"])
 
 
+@pytest.mark.parametrize(
+    "actor_id", ["ilc_release_manager_team_a", "ops.ILC_0123456789abcdefghij", "ilc_" + "x" * 43]
+)
+def test_actor_ids_shaped_like_a_credential_are_refused(db: str, actor_id: str) -> None:
+    # Stored attempts redact such text: the actor's own attempts could not be found again,
+    # and its idempotency keys would collide with every other such actor's.
+    with pytest.raises(ActorError, match="shape of a credential"):
+        add_actor(actor_id, ["approver"])
+    assert add_actor("ilc_bob", ["approver"])  # the prefix alone is no credential
+
+
 def test_rotation_replaces_the_credential_at_once(waiting: Waiting) -> None:
     old = waiting.credential
     new = rotate_actor("alice")
@@ -306,6 +317,33 @@ def test_a_credential_of_another_shape_is_redacted_too(waiting: Waiting) -> None
     result = submit_resume({**contract, "comment": custom}, custom)
     assert result.outcome == "malformed"
     assert custom not in json.dumps(_row(result.attempt_id).payload)
+
+
+def test_a_credential_naming_the_interrupt_does_not_file_the_refusal_out_of_sight(
+    waiting: Waiting,
+) -> None:
+    contract = contract_for(waiting.interrupt, "alice")
+    for bearer in (waiting.interrupt.id, waiting.run_id):
+        result = submit_resume(contract, bearer)
+        assert result.outcome == "unauthenticated"
+        row = _row(result.attempt_id)
+        assert (row.run_id, row.interrupt_id) == (waiting.run_id, waiting.interrupt.id)
+        listed = {a.id for a in list_resume_attempts(interrupt_id=waiting.interrupt.id)}
+        assert result.attempt_id in listed
+        assert result.attempt_id in {a.id for a in list_resume_attempts(run_id=waiting.run_id)}
+        # The text submitted as a credential is still kept out of the stored payload.
+        assert bearer not in json.dumps(row.payload)
+
+
+def test_a_reason_repeating_caller_text_is_one_line(waiting: Waiting) -> None:
+    forged = "cp\nINFO resume accepted\x1b[2K\u2028"
+    contract = {**contract_for(waiting.interrupt, "alice"), "checkpoint_id": forged}
+    result = submit_resume(contract, waiting.credential)
+    assert result.outcome == "stale"
+    assert "cp\\nINFO resume accepted\\x1b[2K\\u2028" in result.reason
+    assert result.reason.isprintable()
+    assert _row(result.attempt_id).reason == result.reason
+    assert get_run(waiting.run_id).state == "waiting"
 
 
 # --- J: a revoke is ordered with a resume -------------------------------------------------------

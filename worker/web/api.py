@@ -209,5 +209,7 @@ async def _body(request: Request) -> Any:
         return raw[:MAX_BODY].decode("utf-8", "replace")
     try:
         return json.loads(raw)
-    except ValueError:
+    except (ValueError, RecursionError):
+        # RecursionError: nesting deeper than the parser's stack (a body of "[[[[..."); it is
+        # malformed like any text that is not JSON, and recorded as such.
         return raw.decode("utf-8", "replace")
