@@ -23,7 +23,7 @@ from models.actors import ACTORS
 from models.contracts import InterruptDecl
 from models.db import dialect, utcnow
 from models.enums import EventKind, InterruptStatus
-from models.runs import RUNS, new_id
+from models.runs import RUNS, new_id, storable_id
 from models.statements import Write, insert_row, only_if, row_values
 from models.tables import Actor, Interrupt, ResumeAttempt, Run, from_row
 from statemachine import interrupt_destination, interrupt_sources
@@ -195,6 +195,8 @@ def lock_with_run(session: Session, interrupt_id: str) -> tuple[Interrupt, Run] 
 
 
 def get(session: Session, interrupt_id: str) -> Interrupt | None:
+    if not storable_id(interrupt_id):
+        return None
     return session.get(Interrupt, interrupt_id)
 
 

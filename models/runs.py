@@ -78,6 +78,12 @@ def new_id() -> str:
     return uuid.uuid4().hex
 
 
+def storable_id(value: object) -> bool:
+    """Whether ``value`` could name a stored row: text without NUL. PostgreSQL refuses NUL in
+    text outright, so a lookup by such an id is answered "none" without asking."""
+    return isinstance(value, str) and "\x00" not in value
+
+
 def run_destination(trigger: str, current: str, run_id: str) -> RunState:
     """The lifecycle's answer for ``trigger`` from ``current``, as interlude's own error."""
     try:
@@ -266,13 +272,15 @@ def find_by_key(session: Session, key: str) -> tuple[str, str] | None:
 
 
 def load_run(session: Session, run_id: str) -> Run:
-    run = session.get(Run, run_id)
+    run = find_run(session, run_id)
     if run is None:
         raise RunNotFoundError(run_id=run_id)
     return run
 
 
 def find_run(session: Session, run_id: str) -> Run | None:
+    if not storable_id(run_id):
+        return None
     return session.get(Run, run_id)
 
 

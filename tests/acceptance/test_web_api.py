@@ -250,6 +250,13 @@ def test_a_body_that_is_not_json_is_recorded_as_malformed(api: Api, body: str) -
     assert body[:100] in json.dumps(_attempt(response.json()["attempt_id"]).payload)
 
 
+@pytest.mark.parametrize("path", ["/v1/runs/a%00b", "/v1/interrupts/a%00b"])
+def test_an_id_with_a_nul_is_not_found(api: Api, path: str) -> None:
+    # PostgreSQL refuses NUL in text: no row can hold such an id, so it names nothing
+    response = api.get(path, "alice")
+    assert response.status_code == 404, response.text
+
+
 def test_a_missing_bearer_is_unauthenticated_and_recorded(api: Api) -> None:
     run_id = enqueue_run("approval", {"env": "prod"})
     contract = api.template(wait_pending(run_id).id)

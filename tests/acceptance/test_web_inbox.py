@@ -7,12 +7,14 @@ Sessions, CSRF, security headers and each outcome in words; the browser test
 from __future__ import annotations
 
 import html
+import os
 import re
 import uuid
 from collections.abc import Callable, Iterator
 
 import httpx
 import pytest
+import redis
 
 from models.db import utcnow
 from tests.flows.interrupts import PRICE_UNAVAILABLE, scratch_redis
@@ -20,6 +22,7 @@ from tests.resumes import wait_finished, wait_pending
 from tests.services import WorkerProcess, wait_for
 from tests.webserver import WebServer
 from worker import add_actor, enqueue_run, get_run, list_resume_attempts, revoke_actor
+from worker.web.sessions import KEY_PREFIX
 
 
 def _hidden(page: str) -> dict[str, str]:
@@ -80,26 +83,84 @@ def test_sign_in_sets_a_strict_http_only_session_cookie(
     first = browser.client.get("/inbox/signin")
     assert first.headers["Content-Security-Policy"].startswith("default-src 'none'")
     assert first.headers["X-Frame-Options"] == "DENY"
+    # The sign-in form's token rides in a strict, HttpOnly cookie of its own: no session yet
+    token_cookie = first.headers["set-cookie"]
+    assert token_cookie.startswith("interlude_signin=")
+    assert all(flag in token_cookie for flag in ("HttpOnly", "SameSite=strict", "Path=/inbox"))
+    assert "interlude_session" not in browser.client.cookies
     # A wrong credential is refused in words, and what was typed is not sent back
     wrong = "ilc_" + uuid.uuid4().hex
     refused = browser.signin("alice", wrong)
     assert refused.status_code == 401
     assert "wrong credential" in _words(refused.text)
     assert wrong not in refused.text
-    # The right one opens the inbox with a new session id in a strict, HttpOnly cookie
-    before = browser.client.cookies["interlude_session"]
+    # ... nor a credential typed into the actor id's field
+    assert people["alice"] not in browser.signin(people["alice"], "x" * 12).text
+    # The right one opens the inbox with a session in a strict, HttpOnly cookie; the sign-in
+    # form's token is spent
     response = browser.signin("alice", people["alice"])
     assert response.status_code == 200
     assert "Waiting for you" in response.text
     set_cookie = response.history[0].headers["set-cookie"]
     assert "HttpOnly" in set_cookie
     assert "SameSite=strict" in set_cookie
-    assert browser.client.cookies["interlude_session"] != before
     assert people["alice"] not in set_cookie
+    assert "interlude_session" in browser.client.cookies
+    assert "interlude_signin" not in browser.client.cookies
     # Signing out ends the session on the server
     form = _hidden(response.text)
     browser.client.post("/inbox/signout", data={"csrf": form["csrf"]})
     assert browser.client.get("/inbox").url.path == "/inbox/signin"
+
+
+def test_a_visitor_who_has_not_signed_in_is_kept_nowhere(
+    people: dict[str, str], web_server: WebServer
+) -> None:
+    # Sessions live in the broker's Redis: count them around a crowd of sign-in pages
+    store = redis.Redis.from_url(os.environ["INTERLUDE_BROKER_URL"])
+    before = len(store.keys(KEY_PREFIX + "*"))
+    for _ in range(30):
+        with httpx.Client(base_url=web_server.url) as visitor:
+            assert visitor.get("/inbox/signin").status_code == 200
+    assert len(store.keys(KEY_PREFIX + "*")) == before
+
+
+@pytest.mark.parametrize("path", ["/inbox/signin", "/inbox/signout", "/inbox/interrupts/x"])
+def test_a_form_is_read_within_bounds_before_anything_else(
+    people: dict[str, str], web_server: WebServer, path: str
+) -> None:
+    # No cookie, no token: the body's size and kind are checked before either is looked at
+    url = web_server.url + path
+    big = httpx.post(url, data={"csrf": "x", "pad": "a" * 300_000}, follow_redirects=False)
+    assert big.status_code == 413
+    assert "larger than 256 KB" in _words(big.text)
+    upload = httpx.post(url, files={"file": ("a.bin", b"0" * 1000)}, follow_redirects=False)
+    assert upload.status_code == 415
+
+
+def test_a_scope_nested_past_the_parser_is_a_recorded_refusal(
+    people: dict[str, str], new_browser: Callable[[], Browser]
+) -> None:
+    run_id = enqueue_run("approval", {"env": "prod"})
+    interrupt = wait_pending(run_id)
+    browser = new_browser()
+    browser.signin("alice", people["alice"])
+    _, form = browser.open(interrupt.id)
+    nested = "[" * 20_000 + "]" * 20_000
+    response = browser.answer(interrupt.id, {**form, "scope": nested}, amount_limit="5")
+    assert response.status_code in {409, 422}
+    assert len(list_resume_attempts(interrupt_id=interrupt.id)) == 1
+    assert get_run(run_id).state == "waiting"
+
+
+def test_text_no_row_can_hold_is_not_found_not_an_error(
+    people: dict[str, str], new_browser: Callable[[], Browser]
+) -> None:
+    # PostgreSQL refuses NUL in text: asking for it must still be an answer, not a 500
+    browser = new_browser()
+    assert browser.signin("ali\x00ce", people["alice"]).status_code == 401
+    browser.signin("alice", people["alice"])
+    assert browser.client.get("/inbox/interrupts/a%00b").status_code == 404
 
 
 def test_forms_without_the_csrf_token_are_refused(

@@ -56,3 +56,25 @@ def test_refusals_past_the_actor_limit_hold_back_that_actor_from_any_client() ->
 def test_a_limit_that_does_not_parse_names_its_setting() -> None:
     with pytest.raises(ConfigurationError, match="INTERLUDE_WEB_CLIENT_LIMIT 'lots'"):
         RefusalLimiter("filesystem://", "lots", "1/minute")
+
+
+def test_an_actor_is_one_key_however_its_id_is_spelled() -> None:
+    limiter = RefusalLimiter("filesystem://", "100/minute", "2/minute")
+    limiter.refused("10.0.0.1", "Ada")
+    limiter.refused("10.0.0.2", " ada ")
+    for spelling in ("ada", "ADA", "\uff41\uff44\uff41"):
+        throttled = limiter.check("10.0.0.3", spelling)
+        assert throttled is not None and throttled.scope == "actor" and throttled.key == "ada"
+
+
+def test_text_that_cannot_be_an_actor_id_is_counted_only_as_its_hash(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    typed = "ilc_" + "s3cret" * 8  # a credential typed into the actor id's field
+    limiter = RefusalLimiter("filesystem://", "100/minute", "1/minute")
+    limiter.refused("10.0.0.1", typed)
+    with caplog.at_level(logging.WARNING, logger="worker.web.throttle"):
+        throttled = limiter.check("10.0.0.1", typed)
+    assert throttled is not None and throttled.key.startswith("not-an-id:")
+    assert typed not in throttled.key
+    assert not any(typed in str(r.__dict__) for r in caplog.records)

@@ -37,6 +37,7 @@ from worker.interrupts import (
 from worker.runs import get_run, list_checkpoints, list_effects, list_events
 from worker.web.auth import ACTOR_HEADER, authenticated, client_of
 from worker.web.binding import contract_for
+from worker.web.bodies import read_capped
 from worker.web.outcomes import STATUS, status_of
 from worker.web.state import web_state
 from worker.web.throttle import Throttled
@@ -197,16 +198,9 @@ async def resume(
 
 async def _body(request: Request) -> Any:
     """The submitted JSON, or the text as sent when it is not JSON (recorded as malformed)."""
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk in request.stream():
-        chunks.append(chunk)
-        size += len(chunk)
-        if size > MAX_BODY:
-            break
-    raw = b"".join(chunks)
-    if size > MAX_BODY:
-        return raw[:MAX_BODY].decode("utf-8", "replace")
+    raw, over = await read_capped(request, MAX_BODY)
+    if over:
+        return raw.decode("utf-8", "replace")
     try:
         return json.loads(raw)
     except (ValueError, RecursionError):

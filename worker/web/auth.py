@@ -6,6 +6,7 @@ from starlette.requests import Request
 
 from models.contracts import ActorView
 from models.db import transaction
+from models.identity import actor_id_problem
 from worker.actors import authenticate
 
 ACTOR_HEADER = "X-Interlude-Actor"
@@ -13,7 +14,9 @@ ACTOR_HEADER = "X-Interlude-Actor"
 
 def authenticated(actor_id: str | None, credential: str | None) -> ActorView | None:
     """The active actor ``actor_id`` if ``credential`` is its credential, else None."""
-    if not actor_id or not credential or len(actor_id) > 200:
+    # An id no actor can have names nobody: answered without asking the database (which may
+    # refuse the text itself: PostgreSQL takes no NUL).
+    if not actor_id or not credential or actor_id_problem(actor_id) is not None:
         return None
     with transaction(readonly=True) as session:
         actor = authenticate(session, actor_id, credential)

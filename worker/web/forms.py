@@ -137,7 +137,7 @@ def _convert(f: FormField, text: str) -> Any:
             return float(text)
         if f.widget == "json":
             return json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: JSON nested past the parser's stack
         return text
     if f.widget == "select":
         return next((o for o in f.options if str(o) == text), text)

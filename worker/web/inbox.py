@@ -1,13 +1,16 @@
 """The web inbox for people: sign in, see what waits for you, answer it with a generated form.
 
-Pages are rendered on the server; there is no script. Every form carries the session's CSRF
-token; every answer goes through ``submit_resume`` with the signed-in actor's credential.
+Pages are rendered on the server; there is no script. Every form carries a CSRF token: the
+session's once signed in; before, the sign-in form's own, matched against a cookie of its own
+(nothing is stored for a visitor who has not signed in). Every answer goes through
+``submit_resume`` with the signed-in actor's credential.
 """
 
 from __future__ import annotations
 
 import hmac
 import json
+import secrets
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,13 +23,16 @@ from models.contracts import ActorView, InterruptView, ResumeResult
 from models.db import utcnow
 from models.enums import InterruptStatus, ResumeOutcome
 from models.errors import InterludeError, InterruptNotFoundError
+from models.identity import actor_id_problem
 from models.inbox_queries import answerable_interrupts
+from worker.actors import redact_shaped
 from worker.gateway import submit_resume
 from worker.interrupts import get_interrupt
 from worker.runs import get_run
 from worker.schemas import json_schema_of, lookup
 from worker.web.auth import authenticated, client_of
 from worker.web.binding import CONTRACT_LIFETIME, new_key
+from worker.web.bodies import FormRefused, form_of
 from worker.web.forms import fields_of, input_from_form
 from worker.web.outcomes import UNCONFIRMED, headline_of, status_of
 from worker.web.sessions import COOKIE, SessionData
@@ -34,6 +40,9 @@ from worker.web.state import web_state
 
 router = APIRouter(prefix="/inbox", include_in_schema=False)
 SIGN_IN = "/inbox/signin"
+# The sign-in form's CSRF token, also in this cookie (sent back to the sign-in path only).
+SIGN_IN_COOKIE = "interlude_signin"
+SIGN_IN_SECONDS = 3600
 
 
 @dataclass(frozen=True)
@@ -82,15 +91,35 @@ def _set_cookie(request: Request, response: Response, cookie: str) -> None:
     )
 
 
+def _set_signin_cookie(request: Request, response: Response, token: str) -> None:
+    response.set_cookie(
+        SIGN_IN_COOKIE,
+        token,
+        max_age=SIGN_IN_SECONDS,
+        path=SIGN_IN,
+        httponly=True,
+        samesite="strict",
+        secure=web_state(request).settings.web_secure_cookie,
+    )
+
+
 def _to_signin() -> Response:
     return RedirectResponse(SIGN_IN, status_code=303)
 
 
 def _csrf_ok(visitor: Visitor | None, form: FormData) -> bool:
-    sent = form.get("csrf")
-    if visitor is None or not isinstance(sent, str):
+    return visitor is not None and _same_token(visitor.session.csrf, form.get("csrf"))
+
+
+def _same_token(expected: str | None, sent: object) -> bool:
+    if not expected or not isinstance(sent, str):
         return False
-    return hmac.compare_digest(visitor.session.csrf.encode(), sent.encode())
+    return hmac.compare_digest(expected.encode(), sent.encode("utf-8", "surrogatepass"))
+
+
+def _form_refused(request: Request, refused: FormRefused) -> Response:
+    context = {"title": "Form refused", "message": f"The form was not accepted: {refused}."}
+    return _page(request, "message.html", context, status=refused.status)
 
 
 def _csrf_refused(request: Request) -> Response:
@@ -138,25 +167,24 @@ def signin_form(request: Request) -> Response:
     visitor = _visitor(request)
     if visitor is not None and visitor.actor is not None:
         return RedirectResponse("/inbox", status_code=303)
-    cookie = None
-    if visitor is None:
-        # An anonymous session only carries the CSRF token of the sign-in form.
-        cookie = web_state(request).sessions.start()
-        loaded = web_state(request).sessions.load(cookie)
-        assert loaded is not None
-        csrf = loaded[0].csrf
-    else:
-        csrf = visitor.session.csrf
-    return _page(request, "signin.html", {"csrf": csrf, "error": None}, cookie=cookie)
+    # A new token per page, kept in the visitor's cookie rather than in a session: a visitor
+    # who has not signed in costs the server nothing, however many come.
+    token = secrets.token_urlsafe(32)
+    response = _page(request, "signin.html", {"csrf": token, "error": None})
+    _set_signin_cookie(request, response, token)
+    return response
 
 
 @router.post("/signin")
 async def signin(request: Request) -> Response:
-    form = await request.form()
-    visitor = await run_in_threadpool(_visitor, request)
-    if not _csrf_ok(visitor, form):
+    try:
+        form = await form_of(request)
+    except FormRefused as refused:
+        return _form_refused(request, refused)
+    token = request.cookies.get(SIGN_IN_COOKIE)
+    if not _same_token(token, form.get("csrf")):
         return _csrf_refused(request)
-    assert visitor is not None
+    assert token is not None
     actor_id = str(form.get("actor_id") or "").strip()
     credential = str(form.get("credential") or "").strip()
     state = web_state(request)
@@ -167,29 +195,38 @@ async def signin(request: Request) -> Response:
     if actor is None:
         await run_in_threadpool(state.limiter.refused, client, actor_id)
         context = {
-            "csrf": visitor.session.csrf,
+            "csrf": token,
             "error": "Unknown actor, revoked actor or wrong credential.",
-            "actor_id": actor_id,
+            # What was typed, unless it cannot be an actor id: a credential pasted into the
+            # wrong field is not sent back.
+            "actor_id": redact_shaped(actor_id) if actor_id_problem(actor_id) else actor_id,
         }
         return _page(request, "signin.html", context, status=401)
-    # A new session id at sign-in: a session planted before it is worth nothing after.
-    state.sessions.end(visitor.cookie)
+    # A new session id at sign-in: a session held before it is worth nothing after.
+    state.sessions.end(request.cookies.get(COOKIE))
     cookie = state.sessions.start(actor.id, credential)
     response = RedirectResponse("/inbox", status_code=303)
     _set_cookie(request, response, cookie)
+    response.delete_cookie(SIGN_IN_COOKIE, path=SIGN_IN, httponly=True, samesite="strict")
     return response
 
 
 @router.post("/signout")
 async def signout(request: Request) -> Response:
-    form = await request.form()
+    try:
+        form = await form_of(request)
+    except FormRefused as refused:
+        return _form_refused(request, refused)
     visitor = await run_in_threadpool(_visitor, request)
     if not _csrf_ok(visitor, form):
         return _csrf_refused(request)
     assert visitor is not None
     web_state(request).sessions.end(visitor.cookie)
     response = _to_signin()
-    response.delete_cookie(COOKIE, path="/")
+    settings = web_state(request).settings
+    response.delete_cookie(
+        COOKIE, path="/", httponly=True, samesite="strict", secure=settings.web_secure_cookie
+    )
     return response
 
 
@@ -223,7 +260,10 @@ def interrupt_page(request: Request, interrupt_id: str) -> Response:
 
 @router.post("/interrupts/{interrupt_id}")
 async def answer(request: Request, interrupt_id: str) -> Response:
-    form = await request.form()
+    try:
+        form = await form_of(request)
+    except FormRefused as refused:
+        return _form_refused(request, refused)
     visitor = await run_in_threadpool(_visitor, request)
     if visitor is None or visitor.credential is None:
         return _to_signin()
@@ -304,9 +344,10 @@ def _declared_order(interrupt: InterruptView) -> list[str] | None:
 
 
 def _json(text: str) -> Any:
+    # Not JSON, or nested past the parser's stack: passed on as typed, the gateway refuses it.
     try:
         return json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):
         return text
 
 

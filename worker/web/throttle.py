@@ -9,6 +9,7 @@ serve`` process), else in memory.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import time
 from dataclasses import dataclass
@@ -19,6 +20,7 @@ from limits.storage import storage_from_string
 from limits.strategies import FixedWindowRateLimiter
 
 from models.errors import ConfigurationError
+from models.identity import actor_id_problem, normal_actor_id
 
 log = logging.getLogger(__name__)
 NAMESPACE = "interlude-web-refusals"
@@ -42,6 +44,16 @@ def _item(text: str, setting: str) -> RateLimitItem:
         ) from None
 
 
+def actor_key(actor: str) -> str:
+    """What an actor's refusals are counted under: its id in the normal form it is
+    authenticated in (``Alice`` and `` alice `` are one actor, with one limit); text that
+    cannot be an actor id (a credential typed in the wrong field, say) only as its hash, so
+    that it is neither kept in the counters' store nor logged."""
+    if actor_id_problem(actor) is None:
+        return normal_actor_id(actor)
+    return "not-an-id:" + hashlib.sha256(actor.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+
+
 class RefusalLimiter:
     def __init__(self, broker_url: str, client_limit: str, actor_limit: str) -> None:
         redis = broker_url.startswith(("redis://", "rediss://"))
@@ -54,10 +66,10 @@ class RefusalLimiter:
         self.counter: Any = None  # a prometheus Counter with a ``scope`` label, when set
 
     def _keys(self, client: str | None, actor: str | None) -> list[tuple[str, str]]:
-        keys = [("client", client)] if client else []
+        keys = [("client", client[:200])] if client else []
         if actor:
-            keys.append(("actor", actor))
-        return [(scope, key[:200]) for scope, key in keys]
+            keys.append(("actor", actor_key(actor)))
+        return keys
 
     def check(self, client: str | None, actor: str | None) -> Throttled | None:
         """Whether this client or actor used up its refusals; counts the request if so."""
