@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import urlsplit
 
 from celery import Celery
 from kombu import Exchange, Queue  # type: ignore[attr-defined]
@@ -54,6 +55,19 @@ def broker_options(settings: Settings) -> dict[str, Any]:
     return {"ack_emulation": False}
 
 
+def broker_url(settings: Settings) -> str:
+    """The broker URL Celery is given: the setting, with a host for the filesystem transport.
+
+    That transport has no host (nor uses the rest of the URL: its folders are options), and
+    kombu warns on every connection without one ("No hostname was supplied"), on the stderr
+    of commands whose --json output is read.
+    """
+    url = settings.broker_url
+    if url.startswith("filesystem://") and not urlsplit(url).hostname:
+        return "filesystem://localhost/"
+    return url
+
+
 def _queue(name: str) -> Queue:
     return Queue(name, Exchange(name, type="direct"), routing_key=name)  # type: ignore[no-untyped-call]
 
@@ -62,7 +76,7 @@ def create_app(settings: Settings | None = None) -> Celery:
     settings = settings or get_settings()
     celery = Celery("interlude", set_as_current=True)
     celery.conf.update(
-        broker_url=settings.broker_url,
+        broker_url=broker_url(settings),
         broker_transport_options=broker_options(settings),
         broker_connection_retry_on_startup=True,
         result_backend=None,

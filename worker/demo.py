@@ -91,7 +91,7 @@ def run_demo() -> int:
 @contextmanager
 def _embedded(env: dict[str, str]) -> Iterator[Settings]:
     """Point this process (settings, engines, the Celery app) at the demo's folder, then back."""
-    from worker.app import app, broker_options
+    from worker.app import app, broker_options, broker_url
 
     saved_env = {key: os.environ.get(key) for key in env}
     keys = ("broker_url", "broker_transport_options", "task_send_sent_event")
@@ -104,7 +104,7 @@ def _embedded(env: dict[str, str]) -> Iterator[Settings]:
     # events are for Flower, which does not watch a filesystem broker.
     app.close()
     app.conf.update(
-        broker_url=settings.broker_url,
+        broker_url=broker_url(settings),
         broker_transport_options=broker_options(settings),
         task_send_sent_event=False,
     )

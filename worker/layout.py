@@ -1,8 +1,10 @@
-"""interlude installs three top-level packages; a file of the same name in the project wins.
+"""interlude installs top-level names next to ``worker``; a file of the same name in the
+project wins.
 
-A ``models.py`` (or ``statemachine.py``) in the folder ``celery -A worker`` or
-``python -c "import worker"`` runs in comes first on ``sys.path`` and hides interlude's
-package, which otherwise fails later as "'models' is not a package". Checked once, at import.
+A ``models.py`` (or ``statemachine.py``, ``beat_schedule.py``) in the folder ``celery -A
+worker`` or ``python -c "import worker"`` runs in comes first on ``sys.path`` and hides
+interlude's own, which otherwise fails later as "'models' is not a package" (or as beat
+running someone else's schedule). Checked once, at import.
 """
 
 from __future__ import annotations
@@ -13,8 +15,12 @@ from pathlib import Path
 
 from worker.startup import refuse
 
-# The packages ``worker`` imports, installed next to it.
-SIBLINGS = ("models", "statemachine")
+# What ``worker`` imports, installed next to it: each name and the file it must come from.
+SIBLINGS = {
+    "models": "models/__init__.py",
+    "statemachine": "statemachine/__init__.py",
+    "beat_schedule": "beat_schedule.py",
+}
 
 
 class ShadowedPackageError(ImportError):
@@ -24,13 +30,15 @@ class ShadowedPackageError(ImportError):
 def check_layout() -> None:
     """Raise ShadowedPackageError naming the file that hides a package, and what to do."""
     home = Path(__file__).resolve().parent.parent
-    for name in SIBLINGS:
-        expected = home / name / "__init__.py"
+    for name, installed in SIBLINGS.items():
+        expected = home / installed
         found = _origin(name)
         if found is not None and found != expected:
+            where = expected.parent if expected.name == "__init__.py" else expected
+            kind = "package" if expected.name == "__init__.py" else "module"
             refuse(
                 ShadowedPackageError(
-                    f"{found} shadows interlude's package {name!r} ({expected.parent}): rename "
+                    f"{found} shadows interlude's {kind} {name!r} ({where}): rename "
                     f"that {'file' if found.name != '__init__.py' else 'folder'} or run from "
                     "another directory",
                     name=name,

@@ -6,9 +6,20 @@ would wrap it in a traceback, so there the message is printed alone and the proc
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import NoReturn
+
+
+def project_on_path() -> None:
+    """The folder the process was started in, on ``sys.path``: INTERLUDE_FLOWS names modules of
+    the project there. ``celery -A worker`` puts it first only while it imports the app, and
+    the flows are imported later; appended, so that a models.py there cannot hide interlude's
+    own package of that name."""
+    cwd = os.getcwd()
+    if cwd not in sys.path and "" not in sys.path:
+        sys.path.append(cwd)
 
 
 def under_celery_command() -> bool:

@@ -125,10 +125,11 @@ def _load_flows(sender: Any = None, **_: Any) -> None:
     from models.errors import ConfigurationError
     from worker import runtime  # noqa: F401
     from worker.flows import load_flow_modules
-    from worker.startup import refuse
+    from worker.startup import project_on_path, refuse
 
     # Before the flows are imported and the pool starts: its processes count into shared files.
     step_metrics.prepare_worker(get_settings().metrics_port)
+    project_on_path()
     try:
         load_flow_modules()
     except ConfigurationError as exc:

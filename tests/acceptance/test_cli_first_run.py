@@ -133,9 +133,12 @@ def test_a_worker_with_a_flow_module_typo_refuses_to_start(tmp_path: Path) -> No
     assert "Traceback" not in done.stderr
 
 
-def test_a_models_py_in_the_project_folder_is_named_with_what_to_do(tmp_path: Path) -> None:
-    # Given a project folder that holds its own models.py
-    (tmp_path / "models.py").write_text("TABLES = []\n", encoding="utf-8")
+@pytest.mark.parametrize(("own", "shadowed"), [("models", "package"), ("beat_schedule", "module")])
+def test_a_models_py_in_the_project_folder_is_named_with_what_to_do(
+    tmp_path: Path, own: str, shadowed: str
+) -> None:
+    # Given a project folder that holds its own models.py (or beat_schedule.py)
+    (tmp_path / f"{own}.py").write_text("TABLES = []\n", encoding="utf-8")
     env = worker_env(f"sqlite:///{tmp_path / 'db.sqlite'}", INTERLUDE_FLOWS="")
 
     # When Python code and the celery command import worker there
@@ -143,7 +146,7 @@ def test_a_models_py_in_the_project_folder_is_named_with_what_to_do(tmp_path: Pa
     pinged = run("-A", "worker", "inspect", "ping", env=env, cwd=tmp_path, program=BIN / "celery")
 
     # Then both name the file, the package it hides and what to do; celery in one line
-    shadow = f"{tmp_path / 'models.py'} shadows interlude's package 'models'"
+    shadow = f"{tmp_path / own}.py shadows interlude's {shadowed} '{own}'"
     assert shadow in imported.stderr.strip().splitlines()[-1]
     assert "rename that file" in imported.stderr
     assert shadow in one_error_line(pinged, 1)

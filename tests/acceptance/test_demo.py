@@ -61,8 +61,9 @@ def test_the_demo_tells_the_procurement_story_and_cleans_up(tmp_path: Path) -> N
     assert "-> stale" in first.stdout and "-> accepted" in first.stdout
     assert "1 check on record" in first.stdout
     assert "succeeded (ordered)" in first.stdout
-    # ... no credential is ever printed
+    # ... no credential is ever printed, nor kombu's warning about the broker's host
     assert "ilc_" not in first.stdout + first.stderr
+    assert "No hostname was supplied" not in first.stdout + first.stderr
     # ... everything it kept is under .interlude/demo, and its worker is gone
     assert (tmp_path / ".interlude" / "demo" / "interlude.db").exists()
     assert not (tmp_path / "control").exists()

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
+import time
 import zipfile
 from pathlib import Path
 
@@ -71,3 +73,79 @@ def test_installed_package_migrates_and_starts_a_worker_outside_the_repository(
         cwd=tmp_path,
     )
     stop_process(proc)
+
+
+def test_a_worker_started_in_a_project_folder_loads_the_flows_kept_there(
+    installed: Path, tmp_path: Path
+) -> None:
+    # As the walkthrough does it: the flow in myapp/ of the folder the worker starts in
+    project = tmp_path / "project"
+    (project / "myapp").mkdir(parents=True)
+    (project / "myapp" / "__init__.py").write_text("")
+    (project / "myapp" / "refunds.py").write_text(
+        "from worker import Flow, StepContext\n"
+        "refunds = Flow('refund', version=1)\n"
+        "@refunds.step()\n"
+        "def assess(ctx: StepContext) -> None:\n"
+        "    return None\n"
+    )
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(installed),
+        "INTERLUDE_DATABASE_URL": f"sqlite:///{tmp_path / 'db.sqlite'}",
+        "INTERLUDE_BROKER_URL": "filesystem://",
+        "INTERLUDE_BROKER_FOLDER": str(tmp_path / "broker"),
+        "INTERLUDE_FLOWS": "myapp.refunds",
+    }
+    subprocess.run(
+        [sys.executable, "-c", "import models.migrate as m; m.upgrade()"],
+        check=True,
+        cwd=project,
+        env=env,
+    )
+    # The interlude command starts a run there, and says nothing on stderr: --json output is
+    # read whole (kombu once warned of the filesystem broker's missing host on every publish)
+    started = subprocess.run(
+        [str(Path(sys.executable).with_name("interlude")), "--json", "runs", "start", "refund"],
+        cwd=project,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert started.returncode == 0, started.stderr
+    assert started.stderr == ""
+    assert json.loads(started.stdout)["flow"] == "refund"
+    # The ``celery`` command, as a user types it: unlike ``python -m celery``, it does not keep
+    # the folder it starts in on ``sys.path`` once it has imported the app.
+    celery = Path(sys.executable).with_name("celery")
+    log = tmp_path / "worker.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [
+                str(celery),
+                "-A",
+                "worker",
+                "worker",
+                "-l",
+                "info",
+                "--pool",
+                "solo",
+                "--without-mingle",
+                "--without-gossip",
+                "--without-heartbeat",
+            ],
+            cwd=project,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        deadline = time.monotonic() + 60
+        while b"ready." not in log.read_bytes() and proc.poll() is None:
+            assert time.monotonic() < deadline, log.read_text()
+            time.sleep(0.1)
+        assert b"ready." in log.read_bytes(), log.read_text()
+    finally:
+        stop_process(proc)
