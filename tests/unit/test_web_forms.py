@@ -5,6 +5,7 @@ from __future__ import annotations
 from enum import Enum
 from typing import Literal
 
+import pytest
 from pydantic import BaseModel, Field
 
 from worker.web.forms import fields_of, input_from_form
@@ -84,6 +85,25 @@ def test_a_value_that_does_not_convert_is_passed_on_for_the_gateway_to_refuse() 
     fields = fields_of(Review.model_json_schema())
     submitted = input_from_form(fields, {"input.units": "three", "input.urgent": "true"})
     assert submitted == {"units": "three", "urgent": True}
+
+
+@pytest.mark.parametrize(
+    ("name", "typed"),
+    [
+        ("ratio", "1e999"),
+        ("ratio", "nan"),
+        ("units", "9" * 5000),
+        ("tags", '["a", NaN]'),
+        ("tags", "[1e999]"),
+        ("tags", "[" * 20_000 + "]" * 20_000),
+    ],
+    ids=["inf", "nan", "5000-digits", "json-nan", "json-inf", "json-deep"],
+)
+def test_a_number_json_cannot_carry_is_passed_on_as_typed(name: str, typed: str) -> None:
+    # Converted, it would make the whole contract "not JSON": refused under no run, naming no
+    # field. As typed, the gateway refuses the field by name, under its run.
+    fields = fields_of(Review.model_json_schema())
+    assert input_from_form(fields, {f"input.{name}": typed})[name] == typed
 
 
 def test_without_the_model_required_fields_come_first_and_with_it_its_order() -> None:

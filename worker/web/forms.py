@@ -7,6 +7,7 @@ checks the input against the schema recorded on the interrupt and names what is 
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -129,16 +130,29 @@ def input_from_form(fields: list[FormField], form: Mapping[str, str]) -> dict[st
 
 
 def _convert(f: FormField, text: str) -> Any:
-    # A value that does not convert is passed on as typed: the gateway says what is wrong.
+    # A value that does not convert is passed on as typed: the gateway says what is wrong, and
+    # records it under the run. (A non-finite number would make the whole contract "not JSON",
+    # recorded under no run and naming no field.)
     try:
         if f.widget == "integer":
             return int(text)
         if f.widget == "number":
-            return float(text)
+            return _finite(text)
         if f.widget == "json":
-            return json.loads(text)
+            return json.loads(text, parse_float=_finite, parse_constant=_not_a_number)
     except (ValueError, RecursionError):  # RecursionError: JSON nested past the parser's stack
         return text
     if f.widget == "select":
         return next((o for o in f.options if str(o) == text), text)
     return text
+
+
+def _finite(text: str) -> float:
+    number = float(text)
+    if not math.isfinite(number):
+        raise ValueError(f"{text!r} is not a finite number")
+    return number
+
+
+def _not_a_number(name: str) -> Any:
+    raise ValueError(f"{name} is not a number JSON allows")
