@@ -82,7 +82,9 @@ def input_problems(name: str, version: int, value: Any) -> str | None:
 
 
 class _Input(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # Strict: a contract says what it means. A grant of units "5" or true is refused by name,
+    # not read as 5 or 1.0.
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
 @input_schema("budget.v1")

@@ -171,6 +171,11 @@ def test_budget_interrupt_is_granted_through_the_gateway(db: str, tasks: TaskRec
     # When an approver (not an operator) tries to grant more, Then it is denied
     denied = submit_resume(contract_for(budget, "alice", input={"units": 5}), approver)
     assert denied.outcome == "denied"
+    # When units are not a number (JSON text or a boolean), Then the grant is invalid input
+    for units in ("5", True):
+        typed = submit_resume(contract_for(budget, "ops", input={"units": units}), operator)
+        assert typed.outcome == "invalid_input"
+        assert "units" in typed.reason, typed.reason
     # When too small a grant is accepted, Then the same step asks again at the same checkpoint
     assert submit_resume(contract_for(budget, "ops", input={"units": 1}), operator).accepted
     again = drain_pending(run_id, "budget.2")

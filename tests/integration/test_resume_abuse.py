@@ -58,19 +58,20 @@ def _row(attempt_id: int) -> ResumeAttempt:
 def test_a_non_finite_number_in_a_float_field_is_invalid_input(
     db: str, tasks: TaskRecorder, amount: str
 ) -> None:
-    # Given a budget interrupt (budget.v1 has a float field, units)
-    credential = add_actor("alice", ["operator"])
-    run_id = enqueue_run("metered", {"costs": [11]})
-    interrupt = drain_pending(run_id)
+    # Given an evidence interrupt whose schema (receipt.v2, not strict) has a float field
+    legal, finance = add_actor("lee", ["legal"]), add_actor("fin", ["finance"])
+    run_id = enqueue_run("multi_gate", {"contract": "c-7"})
+    assert submit_resume(contract_for(drain_pending(run_id, "legal"), "lee"), legal).accepted
+    interrupt = drain_pending(run_id, "finance")
     before = snapshot(run_id)
-    # When a grant of infinity is submitted
-    result = submit_resume(contract_for(interrupt, "alice", input={"units": amount}), credential)
-    # Then it is refused, recorded, and the allowance is what it was
+    # When a total that reads as infinity is submitted
+    submitted = {"invoice": "INV-1", "total": amount}
+    result = submit_resume(contract_for(interrupt, "fin", input=submitted), finance)
+    # Then it is refused, recorded, and nothing moved
     assert result.outcome == "invalid_input", result.reason
     assert "not finite" in result.reason
     assert _row(result.attempt_id).outcome == "invalid_input"
     assert snapshot(run_id) == before
-    assert get_run(run_id).budget_allowance == 10
 
 
 def test_a_run_input_that_becomes_infinite_is_refused(db: str) -> None:
