@@ -44,18 +44,23 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return target
 
 
+def _installed_env(installed: Path, folder: Path, *, flows: str) -> dict[str, str]:
+    """The embedded default in ``folder``, with the unpacked wheel before the editable
+    checkout on the path."""
+    return {
+        **os.environ,
+        "PYTHONPATH": str(installed),
+        "INTERLUDE_DATABASE_URL": f"sqlite:///{folder / 'db.sqlite'}",
+        "INTERLUDE_BROKER_URL": "filesystem://",
+        "INTERLUDE_BROKER_FOLDER": str(folder / "broker"),
+        "INTERLUDE_FLOWS": flows,
+    }
+
+
 def test_installed_package_migrates_and_starts_a_worker_outside_the_repository(
     installed: Path, tmp_path: Path
 ) -> None:
-    env = {
-        **os.environ,
-        # The unpacked wheel comes before the editable checkout on the path.
-        "PYTHONPATH": str(installed),
-        "INTERLUDE_DATABASE_URL": f"sqlite:///{tmp_path / 'db.sqlite'}",
-        "INTERLUDE_BROKER_URL": "filesystem://",
-        "INTERLUDE_BROKER_FOLDER": str(tmp_path / "broker"),
-        "INTERLUDE_FLOWS": "",
-    }
+    env = _installed_env(installed, tmp_path, flows="")
     check = (
         "import worker, models.migrate as m; "
         f"assert worker.__file__.startswith({str(installed)!r}), worker.__file__; "
@@ -89,14 +94,7 @@ def test_a_worker_started_in_a_project_folder_loads_the_flows_kept_there(
         "def assess(ctx: StepContext) -> None:\n"
         "    return None\n"
     )
-    env = {
-        **os.environ,
-        "PYTHONPATH": str(installed),
-        "INTERLUDE_DATABASE_URL": f"sqlite:///{tmp_path / 'db.sqlite'}",
-        "INTERLUDE_BROKER_URL": "filesystem://",
-        "INTERLUDE_BROKER_FOLDER": str(tmp_path / "broker"),
-        "INTERLUDE_FLOWS": "myapp.refunds",
-    }
+    env = _installed_env(installed, tmp_path, flows="myapp.refunds")
     subprocess.run(
         [sys.executable, "-c", "import models.migrate as m; m.upgrade()"],
         check=True,
