@@ -84,9 +84,14 @@ def _roles(actor_id: str, roles: list[str] | tuple[str, ...]) -> list[str]:
     # A bare string is iterable too: "approver" must not become the roles a, e, o, p, r, v.
     if isinstance(roles, str) or not all(isinstance(r, str) for r in roles):
         raise ActorError(actor_id=actor_id, detail="roles must be a list of strings")
-    cleaned = sorted({r.strip() for r in roles if r.strip()})
-    if not cleaned:
+    named = [r.strip() for r in roles]
+    if not any(named):
         raise ActorError(actor_id=actor_id, detail="at least one role is required")
+    if not all(named):
+        # Dropping it would grant fewer roles than asked for, without a word.
+        blank = roles[named.index("")]
+        raise ActorError(actor_id=actor_id, detail=f"role {blank!r} is blank")
+    cleaned = sorted(set(named))
     bad = [r for r in cleaned if not ROLE.fullmatch(r)]
     if bad:
         raise ActorError(actor_id=actor_id, detail=f"role {bad[0]!r} is not a valid name")

@@ -43,9 +43,52 @@ CANCEL_ATTEMPTS = 5
 
 def _checked_input(flow_name: str, value: Any) -> Any:
     try:
-        return json_copy(value)
+        data = json_copy(value)
     except (TypeError, ValueError) as exc:
         raise InvalidInputError(detail=f"input for flow {flow_name!r} is not JSON: {exc}") from None
+    where = _unstorable_text(data)
+    if where is not None:
+        # PostgreSQL refuses both in JSON (SQLite would keep them): refused alike on either,
+        # as the resume gateway refuses them in a contract.
+        raise InvalidInputError(
+            detail=f"input for flow {flow_name!r} holds NUL or unpaired surrogate characters{where}"
+        )
+    return data
+
+
+def _unstorable_text(value: Any) -> str | None:
+    """Where ``value`` (JSON) holds text with NUL or lone surrogates, in a key or a value at
+    any depth: ``" at 'a.b[0]'"``, ``""`` for the value itself, None if nowhere."""
+    stack: list[tuple[Any, str]] = [(value, "")]
+    while stack:
+        item, path = stack.pop()
+        if isinstance(item, str) and not _is_storable_text(item):
+            return _at(path)
+        if isinstance(item, dict):
+            for key, child in item.items():
+                inner = f"{path}.{key}" if path else key
+                if not _is_storable_text(key):
+                    return _at(inner)
+                stack.append((child, inner))
+        elif isinstance(item, list):
+            stack.extend((child, f"{path}[{index}]") for index, child in enumerate(item))
+    return None
+
+
+def _is_storable_text(text: str) -> bool:
+    # Python holds any surrogate it decoded from JSON alone ("\ud800"); UTF-8 has none.
+    if "\x00" in text:
+        return False
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _at(path: str) -> str:
+    # repr: the path may hold the very characters refused; cut so that the line stays short.
+    return f" at {path[:60]!r}" if path else ""
 
 
 def enqueue_run(
@@ -70,6 +113,8 @@ def enqueue_run(
         data = _checked_input(flow_name, data)
     if idempotency_key is not None and not 0 < len(idempotency_key) <= MAX_KEY:
         raise InvalidInputError(detail=f"idempotency key must be 1 to {MAX_KEY} characters")
+    if idempotency_key is not None and not _is_storable_text(idempotency_key):
+        raise InvalidInputError(detail="idempotency key holds NUL or unpaired surrogate characters")
     if budget is not None and (not math.isfinite(budget) or budget < 0):
         raise InvalidInputError(detail="budget must be a non-negative number")
     if started_by is not None:

@@ -9,9 +9,9 @@ from sqlalchemy import func, select
 
 from models import runs as run_store
 from models.db import transaction
-from models.errors import InvalidInputError, InvalidTransitionError, UnknownFlowError
+from models.errors import ActorError, InvalidInputError, InvalidTransitionError, UnknownFlowError
 from models.tables import Checkpoint, Event, Run
-from worker import add_actor, cancel_run, enqueue_run, get_run
+from worker import add_actor, cancel_run, enqueue_run, get_run, list_actors, set_actor_roles
 
 
 def _counts() -> tuple[int, int, int]:
@@ -88,3 +88,60 @@ def test_same_idempotency_key_returns_the_same_run(db: str) -> None:
     assert _counts()[0] == 1
     with pytest.raises(InvalidInputError):
         enqueue_run("quick", {}, idempotency_key="order-17")
+
+
+@pytest.mark.parametrize(
+    ("bad", "where"),
+    [
+        ({"customer": "a\x00b", "amount": 1}, "at 'customer'"),
+        ({"customer": "\ud800", "amount": 1}, "at 'customer'"),
+        ({"items": [{"note": "ok"}, {"note": "x\udfff"}]}, "at 'items[1].note'"),
+        ({"nested": {"a\x00": 1}}, "at 'nested.a\\x00'"),
+        ({"\udcff": 1}, "at '\\udcff'"),
+        ("\x00", "characters"),
+    ],
+    ids=["nul", "surrogate", "deep-value", "nul-key", "surrogate-key", "top"],
+)
+def test_input_with_nul_or_unpaired_surrogates_is_refused_on_either_database(
+    db: str, bad: object, where: str
+) -> None:
+    # PostgreSQL refuses both in JSON (as a database error); SQLite stored them. Either way,
+    # the input is refused by name, where it is, and nothing is written.
+    with pytest.raises(InvalidInputError) as caught:
+        enqueue_run("three_steps", bad)
+    said = _one_line(caught.value)
+    assert "input for flow 'three_steps' holds NUL or unpaired surrogate characters" in said
+    assert said.endswith(where)
+    assert said.isascii()
+    assert _counts() == (0, 0, 0)
+
+
+@pytest.mark.parametrize("key", ["order\x0017", "order\udcff"], ids=["nul", "surrogate"])
+def test_an_idempotency_key_with_nul_or_surrogates_is_refused(db: str, key: str) -> None:
+    # PostgreSQL refused it as a database error when the key was looked up.
+    with pytest.raises(InvalidInputError, match="idempotency key holds NUL") as caught:
+        enqueue_run("three_steps", {"n": 1}, idempotency_key=key)
+    assert _one_line(caught.value)
+    assert _counts() == (0, 0, 0)
+
+
+def test_a_surrogate_pair_is_one_character_and_accepted(db: str) -> None:
+    # "\ud83d\ude00" in JSON is one character (an emoji): nothing unpaired about it.
+    run_id = enqueue_run("three_steps", {"n": 1, "note": "\U0001f600 \u00e9"})
+    assert get_run(run_id).input == {"n": 1, "note": "\U0001f600 \u00e9"}
+
+
+@pytest.mark.parametrize(
+    "roles", [["finance", ""], ["", "finance"], ["finance", "   ", "legal"]], ids=str
+)
+def test_a_blank_role_among_others_is_refused_not_dropped(db: str, roles: list[str]) -> None:
+    # Dropping it silently would leave an actor with fewer roles than were asked for.
+    with pytest.raises(ActorError, match="is blank") as caught:
+        add_actor("bob", roles)
+    assert _one_line(caught.value).startswith("actor bob: role '")
+    assert list_actors() == []
+    # Replacing the roles of an existing actor: refused alike, the roles it had kept.
+    add_actor("carol", ["approver"])
+    with pytest.raises(ActorError, match="is blank"):
+        set_actor_roles("carol", roles)
+    assert [a.roles for a in list_actors()] == [["approver"]]

@@ -35,6 +35,9 @@ from worker.runlog import install_stderr
 
 __all__ = ["RESUME_EXIT", "build_parser", "main"]
 
+# After the resume refusals (10-18), in order; every verb can be stopped with Ctrl-C.
+HELP_INTERRUPTED = f"  {INTERRUPTED:<3} interrupted (Ctrl-C)\n"
+
 
 class _Version(argparse.Action):
     """``--version``, read from the installed distribution only when asked."""
@@ -61,7 +64,7 @@ def build_parser() -> Parser:
             "Every verb has --help; every listing and result also prints as JSON with --json,\n"
             "given before or after the verb."
         ),
-        epilog=EPILOG,
+        epilog=EPILOG + HELP_INTERRUPTED,
     )
     parser.add_argument("--version", action=_Version)
     parser.add_argument(JSON_FLAG, action="store_true", help="print JSON (also after the verb)")

@@ -28,6 +28,11 @@ def read_text(source: str, what: str) -> str:
     if not source.startswith("@"):
         if len(source.encode("utf-8", "surrogatepass")) > MAX_INPUT_BYTES:
             raise CliError(f"{what} is longer than {_MIB} MiB", BAD_INPUT)
+        # Bytes that are not UTF-8 arrive as lone surrogates: refused as they are from a file.
+        try:
+            source.encode("utf-8")
+        except UnicodeEncodeError:
+            raise CliError(f"{what} is not UTF-8 text", BAD_INPUT) from None
         return source
     name = source[1:]
     if name == "-":

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import functools
 from collections.abc import Callable, Iterable
 from enum import Enum
-from typing import TYPE_CHECKING, NoReturn, TypeAlias
+from typing import TYPE_CHECKING, Any, NoReturn, TypeAlias
 
 from worker.cli.exits import BAD_INPUT, CliError
 
@@ -44,12 +45,24 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter):
         return text
 
 
+# Actions that take an argument's text; the others (flags, --help, --version) take none.
+_VALUE_ACTIONS = (None, "store", "append", "extend")
+
+
 class Parser(argparse.ArgumentParser):
-    """An ArgumentParser whose usage errors are one line on stderr with status 2."""
+    """An ArgumentParser whose usage errors are one line on stderr with status 2, and whose
+    every argument is checked to be UTF-8 text before its own type sees it."""
 
     def __init__(self, *args: object, **kwargs: object) -> None:
         kwargs.setdefault("formatter_class", HelpFormatter)
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+
+    def add_argument(self, *args: Any, **kwargs: Any) -> argparse.Action:
+        # The one place every argument of every verb passes: none reaches a database, a JSON
+        # value or a log line holding bytes that are not text.
+        if kwargs.get("action") in _VALUE_ACTIONS:
+            kwargs["type"] = utf8_checked(kwargs.get("type"))
+        return super().add_argument(*args, **kwargs)
 
     def error(self, message: str) -> NoReturn:
         # ``interlude: error:`` is printed once, by the caller; the verb says where it went wrong.
@@ -128,6 +141,26 @@ def one_of(values: type[Enum]) -> str:
     return ", ".join(str(member.value) for member in values)
 
 
+def utf8_checked(convert: Callable[[str], Any] | None) -> Callable[[str], Any]:
+    """``convert`` (or the text as it is) for an argument that is UTF-8 text, refused otherwise.
+
+    Python hands over bytes that are not UTF-8 as lone surrogates ("surrogateescape"); no
+    database column or JSON value can hold them, so they are refused here, naming the option.
+    """
+
+    def parse(text: str) -> Any:
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            raise argparse.ArgumentTypeError(f"{shown(text)} is not UTF-8 text") from None
+        return text if convert is None else convert(text)
+
+    if convert is not None:
+        # argparse names an argument's type by its function's name in some messages.
+        functools.update_wrapper(parse, convert)
+    return parse
+
+
 def shown(text: str, limit: int = SHOWN_LIMIT) -> str:
     """An argument quoted in an error, cut so that a huge one keeps the line readable."""
     return repr(text if len(text) <= limit else text[:limit] + "…")
@@ -138,12 +171,13 @@ def bounded_int(maximum: int) -> Callable[[str], int]:
 
     def parse(text: str) -> int:
         digits = text.strip()
-        if not digits.isdecimal():
-            raise argparse.ArgumentTypeError(f"{shown(text)} is not a whole number")
         # Counted before converting: int() of 5,000 digits is refused (or slow) by Python.
-        fits = len(digits.lstrip("0")) <= len(str(maximum))
+        fits = digits.isdecimal() and len(digits.lstrip("0")) <= len(str(maximum))
         if not fits or not 1 <= int(digits) <= maximum:
-            raise argparse.ArgumentTypeError(f"{shown(text)} must be from 1 to {maximum}")
+            # One message for "-1", "1.5", "0" and "9" * 5000: the range is what helps.
+            raise argparse.ArgumentTypeError(
+                f"{shown(text)} must be a whole number from 1 to {maximum}"
+            )
         return int(digits)
 
     parse.__name__ = "number"

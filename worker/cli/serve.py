@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import socket
 
-from worker.cli.exits import OK
+from worker.cli.exits import FAILURE, OK, CliError
 from worker.cli.output import Output
 from worker.cli.parser import Parser, Subparsers, name_text, port, verb
 
@@ -44,6 +45,12 @@ def _serve(args: argparse.Namespace, out: Output) -> int:
         settings = settings.model_copy(update={"web_host": args.host})
     if args.port is not None:
         settings = settings.model_copy(update={"web_port": args.port})
+    host = settings.web_host
+    where = f"[{host}]:{settings.web_port}" if ":" in host else f"{host}:{settings.web_port}"
+    try:
+        listening = bound_sockets(host, settings.web_port)
+    except OSError as exc:
+        raise CliError(f"cannot serve on {where}: {exc.strerror or exc}", FAILURE) from None
     # interlude's own records (resume outcomes, throttling) next to uvicorn's access log.
     logging.basicConfig(level=logging.INFO, format="%(levelname)s:     %(name)s: %(message)s")
     runlog.install()
@@ -52,7 +59,7 @@ def _serve(args: argparse.Namespace, out: Output) -> int:
         out.json({"inbox": f"{settings.inbox_url()}/inbox", "docs": f"{settings.inbox_url()}/docs"})
     else:
         out.line(f"interlude serve: {settings.inbox_url()}/inbox (API docs at /docs)")
-    uvicorn.run(
+    config = uvicorn.Config(
         app,
         host=settings.web_host,
         port=settings.web_port,
@@ -60,4 +67,40 @@ def _serve(args: argparse.Namespace, out: Output) -> int:
         # uvicorn's own lines (the access log quotes request targets) are escaped too.
         log_config=runlog.escaped_config(LOGGING_CONFIG),
     )
+    try:
+        uvicorn.Server(config).run(sockets=listening)
+    except KeyboardInterrupt:
+        return OK  # Ctrl-C is how a foreground server is meant to stop
+    except SystemExit as exc:
+        # uvicorn exits 3 when the application fails to start; 3 is "not found" here.
+        if exc.code in (None, 0):
+            return OK
+        raise CliError(f"cannot serve on {where}: the application did not start", FAILURE) from None
+    finally:
+        for sock in listening:
+            sock.close()
     return OK
+
+
+def bound_sockets(host: str, port: int) -> list[socket.socket]:
+    """Sockets bound to every address ``host`` names, as uvicorn (asyncio) would bind them.
+
+    Bound here, before uvicorn starts, so that a port in use or a host that does not resolve
+    is one OSError to report in one line, not uvicorn's log lines and its exit status 3.
+    """
+    found = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    listening: list[socket.socket] = []
+    try:
+        for family, kind, proto, _, address in dict.fromkeys(found):
+            sock = socket.socket(family, kind, proto)
+            listening.append(sock)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                # An IPv6 socket would take the IPv4 port too, which its own socket binds.
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            sock.bind(address)
+    except OSError:
+        for sock in listening:
+            sock.close()
+        raise
+    return listening
