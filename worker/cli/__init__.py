@@ -32,6 +32,7 @@ from worker.cli.resume import register as register_resume
 from worker.cli.runs import register as register_runs
 from worker.cli.serve import register as register_serve
 from worker.runlog import install_stderr
+from worker.startup import project_on_path
 
 __all__ = ["RESUME_EXIT", "build_parser", "main"]
 
@@ -90,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     as_json = wants_json(argv)
     set_json_errors(as_json)
-    _project_on_path()
+    project_on_path()
     install_stderr()
     try:
         args = build_parser().parse_args(argv)
@@ -125,11 +126,3 @@ def _database_error(exc: Exception) -> str | None:
     from models.db_errors import describe
 
     return describe(exc)
-
-
-def _project_on_path() -> None:
-    # INTERLUDE_FLOWS names modules of the project the command runs in, as ``celery -A`` does;
-    # appended, so that a models.py there cannot hide interlude's own package of that name.
-    cwd = os.getcwd()
-    if cwd not in sys.path and "" not in sys.path:
-        sys.path.append(cwd)

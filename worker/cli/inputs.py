@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import getpass
 import json
-import math
 import os
 import sys
 from typing import Any, BinaryIO
 
 from worker.cli.exits import BAD_INPUT, NOT_CONFIRMED, CliError
+from worker.jsontext import loads_finite
 from worker.safetext import escape_controls
 
 TOKEN_ENV = "INTERLUDE_ACTOR_TOKEN"
@@ -60,22 +60,11 @@ def _decoded(data: bytes, what: str, name: str) -> str:
         raise CliError(f"{what}: {name} is not UTF-8 text", BAD_INPUT) from None
 
 
-def _finite(text: str) -> float:
-    value = float(text)
-    if not math.isfinite(value):
-        raise ValueError(f"the number {text[:40]} is out of range (finite numbers only)")
-    return value
-
-
-def _no_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not a number JSON allows (finite numbers only)")
-
-
 def parse_json(source: str, what: str) -> Any:
     """``JSON`` or ``@FILE`` as a value; bad JSON is one clear line naming the option."""
     text = read_text(source, what)
     try:
-        value = json.loads(text, parse_float=_finite, parse_constant=_no_constant)
+        value = loads_finite(text)
     except json.JSONDecodeError as exc:
         raise CliError(
             f"{what} is not valid JSON: {exc.msg} (line {exc.lineno} column {exc.colno})",

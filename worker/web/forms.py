@@ -7,10 +7,11 @@ checks the input against the schema recorded on the interrupt and names what is 
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+from worker.jsontext import finite_number, loads_finite
 
 PREFIX = "input."
 
@@ -137,22 +138,11 @@ def _convert(f: FormField, text: str) -> Any:
         if f.widget == "integer":
             return int(text)
         if f.widget == "number":
-            return _finite(text)
+            return finite_number(text)
         if f.widget == "json":
-            return json.loads(text, parse_float=_finite, parse_constant=_not_a_number)
+            return loads_finite(text)
     except (ValueError, RecursionError):  # RecursionError: JSON nested past the parser's stack
         return text
     if f.widget == "select":
         return next((o for o in f.options if str(o) == text), text)
     return text
-
-
-def _finite(text: str) -> float:
-    number = float(text)
-    if not math.isfinite(number):
-        raise ValueError(f"{text!r} is not a finite number")
-    return number
-
-
-def _not_a_number(name: str) -> Any:
-    raise ValueError(f"{name} is not a number JSON allows")
