@@ -40,6 +40,7 @@ from sqlalchemy.sql import FromClause, Insert, Select
 from sqlalchemy.sql.dml import UpdateBase
 
 from models.driver import DriverStatement, NotForDriver
+from models.errors import ConfigurationError
 from models.scope import Scope
 from models.statements import Shapes, Write, insert_row, param
 
@@ -400,4 +401,7 @@ def dialect_for(url: str | URL) -> Dialect:
         return SQLiteDialect()
     if name in ("postgresql", "postgres"):
         return Dialect()
-    raise ValueError(f"unsupported database {name!r}: use postgresql:// or sqlite://")
+    # Settings refuse such a URL first; this catches one given directly (``upgrade(url)``).
+    raise ConfigurationError(
+        detail=f"unsupported database {name!r}: use postgresql:// or sqlite://"
+    )

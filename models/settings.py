@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import re
 from functools import lru_cache
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Any, Literal, get_args
 
-from pydantic import ValidationError
+from annotated_types import Ge, Gt, Le
+from pydantic import Field, ValidationError, field_validator
+from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from models.errors import ConfigurationError
@@ -32,12 +35,36 @@ DEFAULT_SWEEP_INTERVAL = 5.0
 DEFAULT_REAP_INTERVAL = 10.0
 ENV_PREFIX = "INTERLUDE_"
 # What a variable must hold, by the type of its field, for the one-line error.
-_EXPECTED = {float: "a number, like 5 or 2.5", int: "a whole number, like 5"}
+_EXPECTED = {float: "a number", int: "a whole number"}
+_EXAMPLE = {float: "like 5 or 2.5", int: "like 5"}
 # An effect's fn is called only while the worker's lease has more than this left.
 DEFAULT_EFFECT_MARGIN = 5.0
 # An intent left by an owner that lost its lease is reconciled (or handed to an operator) only
 # this long after that lease expired, so that a call it still had in flight has landed.
 DEFAULT_EFFECT_GRACE = 15.0
+
+# The longest any duration may be (100 years): a deadline that far ahead, or a cutoff four
+# times that far back (the reaper's longest wait), still fits a datetime and a timedelta.
+LONGEST_SECONDS = 100 * 365 * 24 * 3600
+# Beat publishes a sweep and a reaper pass every interval: shorter floods the broker.
+SHORTEST_BEAT_INTERVAL = 0.1
+MAX_PORT = 65535
+# Far above any real use; a bound keeps a typo out of SQL LIMITs and connection pools.
+LARGEST_COUNT = 1_000_000
+LARGEST_POOL_SIZE = 10_000
+# Every float setting is finite: nan and inf pass no comparison and overflow a timedelta.
+Seconds = Annotated[float, Field(gt=0, le=LONGEST_SECONDS, allow_inf_nan=False)]
+SecondsOrZero = Annotated[float, Field(ge=0, le=LONGEST_SECONDS, allow_inf_nan=False)]
+BeatInterval = Annotated[
+    float, Field(ge=SHORTEST_BEAT_INTERVAL, le=LONGEST_SECONDS, allow_inf_nan=False)
+]
+# Backends dialect_for knows (``postgres`` is PostgreSQL's other scheme); checked here, without
+# SQLAlchemy, so that every entry point refuses another before it connects to anything.
+SUPPORTED_DATABASES = ("postgresql", "postgres", "sqlite")
+# SQLAlchemy's URL grammar starts ``name[+driver]://``.
+_URL_SCHEME = re.compile(r"([\w+]+)://")
+# Never echoed in an error: they may hold a password.
+_SECRET_FIELDS = frozenset({"database_url", "broker_url", "notify_webhook_url"})
 
 
 class Settings(BaseSettings):
@@ -50,41 +77,54 @@ class Settings(BaseSettings):
     # Folder for the filesystem broker (the embedded default).
     broker_folder: Path = DEFAULT_HOME / "broker"
     flows: str = ""
-    lease_seconds: float = DEFAULT_LEASE_SECONDS
-    # A run whose lease expired this many times in a row is failed by the reaper.
-    max_claims: int = DEFAULT_MAX_CLAIMS
-    redispatch_after: float = DEFAULT_REDISPATCH_AFTER
-    sweep_batch: int = DEFAULT_SWEEP_BATCH
-    pause_expires_in: float = DEFAULT_PAUSE_EXPIRES_IN
-    metrics_port: int = 0
+    lease_seconds: Seconds = DEFAULT_LEASE_SECONDS
+    # A run whose lease expires more than this many times in a row is failed by the reaper.
+    max_claims: int = Field(DEFAULT_MAX_CLAIMS, ge=0, le=LARGEST_COUNT)
+    redispatch_after: Seconds = DEFAULT_REDISPATCH_AFTER
+    sweep_batch: int = Field(DEFAULT_SWEEP_BATCH, ge=1, le=LARGEST_COUNT)
+    pause_expires_in: Seconds = DEFAULT_PAUSE_EXPIRES_IN
+    # 0: off.
+    metrics_port: int = Field(0, ge=0, le=MAX_PORT)
     # Where `interlude metrics` and a worker with a metrics port listen (0.0.0.0: every interface).
     metrics_host: str = DEFAULT_METRICS_HOST
     # Worker and beat log lines: "text" (run, flow and step appended) or "json" (one object each).
     log_format: Literal["text", "json"] = "text"
     # Connections each process keeps open to the database; by default, enough for one step per
     # slot of the worker's pool (a threads pool of 50 gets 52), else a few.
-    db_pool_size: int | None = None
+    db_pool_size: int | None = Field(None, ge=1, le=LARGEST_POOL_SIZE)
     # ``interlude serve``: the JSON resume API and the web inbox.
     web_host: str = DEFAULT_WEB_HOST
-    web_port: int = DEFAULT_WEB_PORT
+    web_port: int = Field(DEFAULT_WEB_PORT, ge=1, le=MAX_PORT)
     # Where people reach the inbox (links in notifications); the bound address when empty.
     web_base_url: str = ""
     web_client_limit: str = DEFAULT_WEB_CLIENT_LIMIT
     web_actor_limit: str = DEFAULT_WEB_ACTOR_LIMIT
-    web_session_seconds: int = DEFAULT_WEB_SESSION_SECONDS
+    web_session_seconds: int = Field(DEFAULT_WEB_SESSION_SECONDS, ge=1, le=LONGEST_SECONDS)
     # Mark the session cookie Secure: set it when the inbox is served over HTTPS.
     web_secure_cookie: bool = False
     # Where the notifier recipe (examples/inbox_webhook.py) posts inbox links; off when empty.
     notify_webhook_url: str = ""
     # Celery beat's schedule (beat_schedule.py): seconds between sweeps and reaper passes.
-    sweep_interval: float = DEFAULT_SWEEP_INTERVAL
-    reap_interval: float = DEFAULT_REAP_INTERVAL
-    effect_margin: float = DEFAULT_EFFECT_MARGIN
-    effect_grace: float = DEFAULT_EFFECT_GRACE
+    sweep_interval: BeatInterval = DEFAULT_SWEEP_INTERVAL
+    reap_interval: BeatInterval = DEFAULT_REAP_INTERVAL
+    # 0: an effect may be called until its lease's last moment.
+    effect_margin: SecondsOrZero = DEFAULT_EFFECT_MARGIN
+    effect_grace: SecondsOrZero = DEFAULT_EFFECT_GRACE
     # Celery task events (Flower's view of tasks): the worker's and the publishers' task-sent.
     # Off, as in Celery: four publishes per task that nobody reads unless something watches,
     # and Flower turns a worker's on itself while it watches (every five seconds).
     task_events: bool = False
+
+    @field_validator("database_url")
+    @classmethod
+    def _a_supported_database(cls, url: str) -> str:
+        scheme = _URL_SCHEME.match(url)
+        if scheme is None:
+            raise ValueError("expected a URL like postgresql://user@host/db or sqlite:///file.db")
+        backend = scheme.group(1).split("+")[0]
+        if backend not in SUPPORTED_DATABASES:
+            raise ValueError(f"unsupported database {backend!r}: use postgresql:// or sqlite://")
+        return url
 
     def flow_modules(self) -> list[str]:
         return [m.strip() for m in self.flows.split(",") if m.strip()]
@@ -107,11 +147,32 @@ def _first_problem(exc: ValidationError) -> str:
     problem = exc.errors()[0]
     field = str(problem["loc"][0]) if problem["loc"] else "?"
     variable = f"{ENV_PREFIX}{field.upper()}"
+    if field not in _SECRET_FIELDS:
+        variable = f"{variable}={problem.get('input')!r}"
     info = Settings.model_fields.get(field)
-    annotation = info.annotation if info is not None else None
-    expected = _EXPECTED.get(annotation) if isinstance(annotation, type) else None
-    wanted = f"expected {expected}" if expected else problem["msg"]
-    return f"{variable}={problem.get('input')!r}: {wanted}"
+    expected = _expected(info) if info is not None else None
+    if problem["type"] == "value_error":  # one of our validators: its message says it all
+        wanted = str(problem.get("ctx", {}).get("error", problem["msg"]))
+    else:
+        wanted = f"expected {expected}" if expected else problem["msg"]
+    return f"{variable}: {wanted}"
+
+
+def _expected(info: FieldInfo) -> str | None:
+    """What a numeric field holds, with its range: "a whole number at least 1 and at most 9"."""
+    kinds = get_args(info.annotation) or (info.annotation,)  # ``int | None``: int
+    kind = next((k for k in kinds if k in _EXPECTED), None)
+    if kind is None:
+        return None
+    lower = [f"at least {_shown(m.ge)}" for m in info.metadata if isinstance(m, Ge)]
+    lower += [f"above {_shown(m.gt)}" for m in info.metadata if isinstance(m, Gt)]
+    upper = [f"at most {_shown(m.le)}" for m in info.metadata if isinstance(m, Le)]
+    bounds = f" {' and '.join(lower + upper)}" if lower or upper else ""
+    return f"{_EXPECTED[kind]}{bounds}, {_EXAMPLE[kind]}"
+
+
+def _shown(bound: Any) -> str:
+    return f"{bound:g}" if isinstance(bound, float) and not bound.is_integer() else str(int(bound))
 
 
 def reset_settings() -> None:

@@ -60,6 +60,7 @@ def sweep_expired(now: datetime | None = None, batch: int | None = None) -> int:
     """
     now = now or utcnow()
     size = get_settings().sweep_batch if batch is None else batch
+    # INTERLUDE_SWEEP_BATCH is at least 1 (models.settings); a batch given here may not be.
     if size < 1:
         raise InvalidInputError(detail=f"sweep batch must be at least 1, got {size}")
     # The default policy validates its input against schemas that the flow modules register.
