@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 
-from models.settings import reset_settings
 from worker.cli import build_parser, main
 from worker.cli.exits import BAD_INPUT, FAILURE, INTERRUPTED, CliError
 from worker.cli.inputs import parse_json
@@ -21,16 +20,6 @@ from worker.cli.inputs import parse_json
 # b"\xff" on a command line, as Python hands it over.
 BAD_BYTE = b"\xff".decode("utf-8", "surrogateescape")
 BAD_ID = BAD_BYTE * 6
-
-
-@pytest.fixture()
-def no_database(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    """A database URL whose file must still not exist when the command has failed."""
-    path = tmp_path / "untouched.db"
-    monkeypatch.setenv("INTERLUDE_DATABASE_URL", f"sqlite:///{path}")
-    reset_settings()
-    yield path
-    reset_settings()
 
 
 def _one_error_line(capsys: pytest.CaptureFixture[str]) -> str:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import os
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -32,7 +31,6 @@ from models.errors import (
     StaleStateError,
     UnknownFlowError,
 )
-from models.settings import reset_settings
 from worker.cli import build_parser, main
 from worker.cli.exits import EPILOG, RESUME_EXIT, status_of
 from worker.cli.interrupts import contract
@@ -192,16 +190,6 @@ def test_a_bad_command_line_is_one_line_and_status_2(
     assert captured.err.startswith("interlude: error: ")
     assert not captured.err.startswith("interlude: error: interlude")
     assert "--help" in captured.err
-
-
-@pytest.fixture()
-def no_database(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    """A database URL whose file must still not exist when the command has failed."""
-    path = tmp_path / "untouched.db"
-    monkeypatch.setenv("INTERLUDE_DATABASE_URL", f"sqlite:///{path}")
-    reset_settings()
-    yield path
-    reset_settings()
 
 
 @pytest.mark.parametrize(
