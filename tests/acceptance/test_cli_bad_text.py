@@ -53,16 +53,17 @@ def bare_cli(db: str) -> Cli:
 def test_an_argument_with_bytes_that_are_not_utf8_is_bad_input(
     bare_cli: Cli, args: tuple[str, ...], names: str
 ) -> None:
-    # Given a queued run (no worker takes it)
+    # Given a run
     run_id = enqueue_run("approval", {})
 
     # When an argument holds a byte that is not UTF-8 (a UnicodeEncodeError traceback before)
     ran = bare_cli.fails(2, *(run_id if arg == "RUN" else arg for arg in args))
 
-    # Then one line names the argument, and nothing changed
+    # Then one line names the argument, and nothing changed: no run started, none cancelled
+    # (a shared worker of the suite may take the run meanwhile: its state is not ours to pin)
     assert f"argument {names}: " in ran.stderr and "is not UTF-8 text" in ran.stderr
     assert [run.id for run in find_runs(limit=None)] == [run_id]
-    assert get_run(run_id).state == "queued"
+    assert get_run(run_id).state != "cancelled"
 
 
 @pytest.mark.parametrize(

@@ -14,6 +14,7 @@ from models.db import transaction, utcnow
 from models.tables import ResumeAttempt
 from tests.acceptance.test_cli import Cli, cli, finished, waiting_on  # noqa: F401
 from worker import add_actor, enqueue_run, submit_resume
+from worker.safetext import escape_controls
 
 REFUSED = 1001
 FORGED = "\x1b[2J\x1b[H\r\n1999-01-01 00:00:00.000   resume accepted   human:ada   approved\u202e"
@@ -137,7 +138,8 @@ def test_caller_text_cannot_forge_a_line_of_output(
     template = cli.json("interrupts", "show", interrupt.id)["template"]
     forged = {**template, "actor": {"type": "human", "id": "mallory"}, FORGED: 1}
     recorded = submit_resume(forged, "ilc_not-a-credential")
-    assert recorded.outcome == "malformed" and FORGED in recorded.reason
+    # (the gateway's reason repeats the field name with its control characters escaped)
+    assert recorded.outcome == "malformed" and escape_controls(FORGED) in recorded.reason
     contract = tmp_path / "forged.json"
     contract.write_text(json.dumps(forged), encoding="utf-8")
 
@@ -154,5 +156,8 @@ def test_caller_text_cannot_forge_a_line_of_output(
         assert not [ln for ln in output.splitlines() if ln.lstrip().startswith("1999-01-01")]
     assert "\\x1b[2J" in shown and "\\x1b[2J" in listed and "\\x1b[2J" in refused.stderr
     assert "\\x1b[2J" in missing.stderr
-    # And JSON keeps the exact text (escaped JSON's own way)
-    assert FORGED in [a["reason"][: len(FORGED)] for a in as_json["resume_attempts"]]
+    # And JSON keeps the exact text of what was submitted (escaped JSON's own way); the reason
+    # is interlude's own line, escaped where it was written
+    (attempt,) = [a for a in as_json["resume_attempts"] if a["id"] == recorded.attempt_id]
+    assert FORGED in attempt["payload"]
+    assert attempt["reason"] == recorded.reason and attempt["reason"].isprintable()
