@@ -63,6 +63,8 @@ BeatInterval = Annotated[
 SUPPORTED_DATABASES = ("postgresql", "postgres", "sqlite")
 # SQLAlchemy's URL grammar starts ``name[+driver]://``.
 _URL_SCHEME = re.compile(r"([\w+]+)://")
+# Brokers checked without importing kombu; any other scheme must be one of kombu's transports.
+COMMON_BROKERS = frozenset({"redis", "rediss", "amqp", "amqps", "pyamqp", "filesystem", "memory"})
 # Never echoed in an error: they may hold a password.
 _SECRET_FIELDS = frozenset({"database_url", "broker_url", "notify_webhook_url"})
 
@@ -126,6 +128,20 @@ class Settings(BaseSettings):
             raise ValueError(f"unsupported database {backend!r}: use postgresql:// or sqlite://")
         return url
 
+    @field_validator("broker_url")
+    @classmethod
+    def _a_known_broker(cls, url: str) -> str:
+        # Else a run is committed and its every publish fails, until someone reads the log.
+        scheme = _URL_SCHEME.match(url)
+        if scheme is None:
+            raise ValueError("expected a URL like redis://host:6379/0 or amqp://host//")
+        transport = scheme.group(1).split("+")[0]
+        if transport not in COMMON_BROKERS and transport not in _kombu_transports():
+            raise ValueError(
+                f"unknown broker {transport!r}: use redis://, amqp:// or filesystem://"
+            )
+        return url
+
     def flow_modules(self) -> list[str]:
         return [m.strip() for m in self.flows.split(",") if m.strip()]
 
@@ -178,3 +194,10 @@ def _shown(bound: Any) -> str:
 def reset_settings() -> None:
     """Forget the cached settings (tests change the environment between cases)."""
     get_settings.cache_clear()
+
+
+def _kombu_transports() -> frozenset[str]:
+    # Imported only for a rarer broker (SQS, a sentinel, ...): the CLI's settings stay light.
+    from kombu.transport import TRANSPORT_ALIASES
+
+    return frozenset(TRANSPORT_ALIASES)

@@ -176,6 +176,34 @@ def test_the_database_urls_interlude_uses_are_accepted(
     assert get_settings().database_url == url
 
 
+@pytest.mark.parametrize(
+    ("url", "says"),
+    [
+        ("bogus://app:s3cret@mq/", "INTERLUDE_BROKER_URL: unknown broker 'bogus'"),
+        ("localhost:6379", "INTERLUDE_BROKER_URL: expected a URL like redis://"),
+    ],
+)
+def test_a_broker_no_transport_serves_is_one_line(
+    url: str, says: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Before, the run was committed and every publish failed with a warning, exit 0
+    monkeypatch.setenv("INTERLUDE_BROKER_URL", url)
+    with pytest.raises(ConfigurationError) as refused:
+        get_settings()
+    message = str(refused.value)
+    assert says in message and "\n" not in message
+    assert "s3cret" not in message
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["redis://h:6379/0", "rediss://h/0", "amqp://u@h//", "filesystem://", "sqs://", "sentinel://h"],
+)
+def test_the_brokers_kombu_serves_are_accepted(url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("INTERLUDE_BROKER_URL", url)
+    assert get_settings().broker_url == url
+
+
 def test_a_url_given_directly_to_the_dialect_is_refused_as_configuration() -> None:
     from models.dialects import dialect_for
 
@@ -187,6 +215,7 @@ def test_a_url_given_directly_to_the_dialect_is_refused_as_configuration() -> No
     ("argv", "variable", "value", "says"),
     [
         (["runs", "list"], "INTERLUDE_DATABASE_URL", "bogus://x", "unsupported database"),
+        (["runs", "start", "any"], "INTERLUDE_BROKER_URL", "bogus://x", "unknown broker"),
         (["reap"], "INTERLUDE_REDISPATCH_AFTER", "nan", "INTERLUDE_REDISPATCH_AFTER='nan'"),
         (["reap"], "INTERLUDE_MAX_CLAIMS", "-1", "INTERLUDE_MAX_CLAIMS='-1'"),
         (["reap"], "INTERLUDE_SWEEP_BATCH", "0", "INTERLUDE_SWEEP_BATCH='0'"),
