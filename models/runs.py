@@ -78,10 +78,23 @@ def new_id() -> str:
     return uuid.uuid4().hex
 
 
+def storable_text(text: str) -> bool:
+    """Whether either database can store ``text``: no NUL (PostgreSQL refuses it in text and
+    JSON) and no lone surrogate (no UTF-8 encodes one; Python decodes one from JSON's
+    ``"\ud800"`` or from bytes that are not UTF-8)."""
+    if "\x00" in text:
+        return False
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def storable_id(value: object) -> bool:
-    """Whether ``value`` could name a stored row: text without NUL. PostgreSQL refuses NUL in
-    text outright, so a lookup by such an id is answered "none" without asking."""
-    return isinstance(value, str) and "\x00" not in value
+    """Whether ``value`` could name a stored row: storable text. A lookup by any other id is
+    answered "none" without asking the database, which would refuse the text itself."""
+    return isinstance(value, str) and storable_text(value)
 
 
 def run_destination(trigger: str, current: str, run_id: str) -> RunState:

@@ -4,6 +4,7 @@ authenticates its actor (``worker.authority``)."""
 
 from __future__ import annotations
 
+import math
 import time
 from datetime import datetime
 
@@ -21,7 +22,7 @@ from models.errors import (
 from worker import authority, dispatch
 from worker.actors import Credential
 from worker.authority import ActorType
-from worker.runs import MAX_REASON, get_run
+from worker.runs import checked_reason, get_run
 
 # Polling the run row is the whole of waiting: nothing else needs to be running.
 FIRST_POLL = 0.1
@@ -46,8 +47,7 @@ def retry_run(
     secret = Credential(credential)
     del credential
     who = authority.claim("retry", actor, actor_type)
-    if not isinstance(reason, str) or len(reason) > MAX_REASON:
-        raise InvalidInputError(detail=f"a retry's reason is at most {MAX_REASON} characters")
+    checked_reason("retry", reason)
     try:
         with transaction() as session:
             run = authority.authorize(session, run_id, who, secret)
@@ -78,6 +78,16 @@ def wait_for_run(run_id: str, timeout: float | None = None) -> RunView:
 
     Raises WaitTimeoutError when ``timeout`` seconds pass first; RunNotFoundError at once.
     """
+    if timeout is not None and (
+        isinstance(timeout, bool)
+        or not isinstance(timeout, int | float)
+        or not math.isfinite(timeout)
+        or timeout < 0
+    ):
+        # NaN compares false with every deadline: the wait would never end.
+        raise InvalidInputError(
+            detail=f"timeout must be a finite number of seconds, got {timeout!r}"
+        )
     deadline = None if timeout is None else time.monotonic() + timeout
     pause = FIRST_POLL
     while True:

@@ -29,6 +29,7 @@ from models.errors import (
     StaleStateError,
 )
 from models.identity import actor_id_problem, normal_actor_id
+from models.runs import storable_text
 from worker import authority, dispatch
 from worker.actors import Credential
 from worker.authority import ActorType
@@ -62,12 +63,12 @@ def _unstorable_text(value: Any) -> str | None:
     stack: list[tuple[Any, str]] = [(value, "")]
     while stack:
         item, path = stack.pop()
-        if isinstance(item, str) and not _is_storable_text(item):
+        if isinstance(item, str) and not storable_text(item):
             return _at(path)
         if isinstance(item, dict):
             for key, child in item.items():
                 inner = f"{path}.{key}" if path else key
-                if not _is_storable_text(key):
+                if not storable_text(key):
                     return _at(inner)
                 stack.append((child, inner))
         elif isinstance(item, list):
@@ -75,15 +76,16 @@ def _unstorable_text(value: Any) -> str | None:
     return None
 
 
-def _is_storable_text(text: str) -> bool:
-    # Python holds any surrogate it decoded from JSON alone ("\ud800"); UTF-8 has none.
-    if "\x00" in text:
-        return False
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
+def checked_reason(action: str, reason: object) -> None:
+    """InvalidInputError unless ``reason`` is text an operator action can record."""
+    if not isinstance(reason, str):
+        raise InvalidInputError(detail=f"a {action}'s reason must be text")
+    if len(reason) > MAX_REASON:
+        raise InvalidInputError(detail=f"a {action}'s reason is at most {MAX_REASON} characters")
+    if not storable_text(reason):
+        raise InvalidInputError(
+            detail=f"a {action}'s reason holds NUL or unpaired surrogate characters"
+        )
 
 
 def _at(path: str) -> str:
@@ -113,7 +115,7 @@ def enqueue_run(
         data = _checked_input(flow_name, data)
     if idempotency_key is not None and not 0 < len(idempotency_key) <= MAX_KEY:
         raise InvalidInputError(detail=f"idempotency key must be 1 to {MAX_KEY} characters")
-    if idempotency_key is not None and not _is_storable_text(idempotency_key):
+    if idempotency_key is not None and not storable_text(idempotency_key):
         raise InvalidInputError(detail="idempotency key holds NUL or unpaired surrogate characters")
     if budget is not None and (not math.isfinite(budget) or budget < 0):
         raise InvalidInputError(detail="budget must be a non-negative number")
@@ -269,8 +271,7 @@ def cancel_run(
     secret = Credential(credential)
     del credential
     who = authority.claim("cancel", actor, actor_type)
-    if not isinstance(reason, str) or len(reason) > MAX_REASON:
-        raise InvalidInputError(detail=f"a cancel's reason is at most {MAX_REASON} characters")
+    checked_reason("cancel", reason)
     try:
         for _ in range(CANCEL_ATTEMPTS):
             try:

@@ -145,3 +145,39 @@ def test_resume_input_is_checked_before_confirmation_and_credential(
     assert result.outcome == "invalid_input"
     for field in ("verdict", "verdikt", "extra"):
         assert field in result.reason
+
+
+def test_a_bulk_cancel_stopped_partway_says_what_it_cancelled(
+    cli: Cli,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    # Given two waiting runs, the newer of a flow this command loads, the older of one it
+    # does not (so it cannot tell who operates it)
+    ops = add_actor("ops", ["operator"])
+    older = enqueue_run("approval", {"env": "qa"}, started_by="partial")
+    waiting_on(older)
+    document = tmp_path / "doc.txt"
+    document.write_text("text", encoding="utf-8")
+    newer = enqueue_run("cli_review", {"document": str(document)}, started_by="partial")
+    waiting_on(newer)
+    cli.env["INTERLUDE_FLOWS"] = "tests.flows.cli"
+
+    # When the operator cancels both
+    ran = cli.fails(
+        1, "runs", "cancel", "--started-by", "partial", "--actor", "ops", "--yes", token=ops
+    )
+
+    # Then the line says what was cancelled before it stopped, not "nothing changed"
+    assert "flow 'approval' is not loaded here" in ran.stderr
+    assert "1 run(s) were cancelled before" in ran.stderr
+    assert "nothing changed" not in ran.stderr
+    assert (get_run(newer).state, get_run(older).state) == ("cancelled", "waiting")
+
+
+def test_actors_are_shown_as_stored(cli: Cli) -> None:  # noqa: F811
+    added = cli.json("actors", "add", "Zed.Q", "--role", "operator")
+    assert (added["id"], added["roles"]) == ("zed.q", ["operator"])
+    assert (
+        "actor zed.q now holds roles viewer"
+        in cli.ok("actors", "roles", "ZED.Q", "--role", "viewer").stdout
+    )

@@ -9,9 +9,16 @@ from sqlalchemy import func, select
 
 from models import runs as run_store
 from models.db import transaction
-from models.errors import ActorError, InvalidInputError, InvalidTransitionError, UnknownFlowError
+from models.errors import (
+    ActorError,
+    InvalidInputError,
+    InvalidTransitionError,
+    RunNotFoundError,
+    UnknownFlowError,
+)
 from models.tables import Checkpoint, Event, Run
 from worker import add_actor, cancel_run, enqueue_run, get_run, list_actors, set_actor_roles
+from worker.operate import wait_for_run
 
 
 def _counts() -> tuple[int, int, int]:
@@ -145,3 +152,33 @@ def test_a_blank_role_among_others_is_refused_not_dropped(db: str, roles: list[s
     with pytest.raises(ActorError, match="is blank"):
         set_actor_roles("carol", roles)
     assert [a.roles for a in list_actors()] == [["approver"]]
+
+
+@pytest.mark.parametrize("run_id", ["ab\ud800", "ab\x00"])
+def test_an_id_no_row_can_hold_is_not_found(db: str, run_id: str) -> None:
+    with pytest.raises(RunNotFoundError):
+        get_run(run_id)
+
+
+@pytest.mark.parametrize(
+    ("reason", "says"),
+    [("a\ud800", "unpaired surrogate"), ("a\x00b", "NUL"), (None, "must be text")],
+)
+def test_a_cancel_s_reason_no_database_can_store_is_refused(
+    db: str, reason: object, says: str
+) -> None:
+    credential = add_actor("ops", ["operator"])
+    run_id = enqueue_run("approval", {"env": "qa"})
+    before = _counts()
+    with pytest.raises(InvalidInputError) as caught:
+        cancel_run(run_id, actor="ops", credential=credential, reason=reason)  # type: ignore[arg-type]
+    assert says in _one_line(caught.value)
+    assert _counts() == before
+    assert get_run(run_id).state == "queued"
+
+
+@pytest.mark.parametrize("timeout", [math.nan, math.inf, -1, "5", True])
+def test_a_wait_s_timeout_must_be_a_finite_number(db: str, timeout: object) -> None:
+    run_id = enqueue_run("approval", {"env": "qa"})
+    with pytest.raises(InvalidInputError, match="timeout must be a finite number"):
+        wait_for_run(run_id, timeout=timeout)  # type: ignore[arg-type]

@@ -148,3 +148,12 @@ def test_serve_on_a_host_that_does_not_resolve_is_one_line_and_a_failure(
     line = _one_error_line(capsys)
     assert status == FAILURE, line
     assert line.startswith("interlude: error: cannot serve on not-a-host.invalid:8000: ")
+
+
+def test_a_date_before_the_first_utc_date_is_bad_input(
+    no_database: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # 0001-01-01 at +14:00 is in the year 0 in UTC: an OverflowError traceback before
+    assert main(["purge", "--finished-before", "0001-01-01T00:00:00+14:00"]) == BAD_INPUT
+    assert "is not a date" in _one_error_line(capsys)
+    assert not no_database.exists()

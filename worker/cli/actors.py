@@ -54,11 +54,11 @@ def _add(args: argparse.Namespace, out: Output) -> int:
 
     # The credential is stored only as a hash: this is the one place it is ever shown.
     secret = add_actor(args.actor_id, args.roles)
-    roles = _stored_roles(args.actor_id)
+    actor_id, roles = _stored(args.actor_id)
     if out.as_json:
-        out.json({"id": args.actor_id, "roles": roles, "credential": secret})
+        out.json({"id": actor_id, "roles": roles, "credential": secret})
         return OK
-    out.line(f"actor {args.actor_id} added with roles {', '.join(roles)}")
+    out.line(f"actor {actor_id} added with roles {', '.join(roles)}")
     out.line(f"credential: {secret}")
     out.line("Store it now: it will not be shown again. Give it to interlude resume via")
     out.line("the INTERLUDE_ACTOR_TOKEN environment variable or its hidden prompt.")
@@ -116,16 +116,19 @@ def _set_roles(args: argparse.Namespace, out: Output) -> int:
     from worker import set_actor_roles
 
     set_actor_roles(args.actor_id, args.roles)
-    roles = _stored_roles(args.actor_id)
+    actor_id, roles = _stored(args.actor_id)
     if out.as_json:
-        out.json({"id": args.actor_id, "roles": roles})
+        out.json({"id": actor_id, "roles": roles})
     else:
-        out.line(f"actor {args.actor_id} now holds roles {', '.join(roles)}")
+        out.line(f"actor {actor_id} now holds roles {', '.join(roles)}")
     return OK
 
 
-def _stored_roles(actor_id: str) -> list[str]:
-    """The roles as stored (trimmed, de-duplicated), not as typed."""
+def _stored(actor_id: str) -> tuple[str, list[str]]:
+    """The id and roles as stored (the id in its normal form; the roles trimmed and
+    de-duplicated), not as typed: ``Zed.Q`` is stored, and shown, as ``zed.q``."""
+    from models.identity import normal_actor_id
     from worker import list_actors
 
-    return next((a.roles for a in list_actors() if a.id == actor_id), [])
+    stored = normal_actor_id(actor_id)
+    return stored, next((a.roles for a in list_actors() if a.id == stored), [])

@@ -21,7 +21,6 @@ from worker.cli.exits import (
     BAD_INPUT,
     OK,
     OPERATOR_DENIED,
-    OPERATOR_UNAUTHENTICATED,
     RUN_EXIT,
     WAIT_TIMED_OUT,
     CliError,
@@ -203,12 +202,14 @@ def bulk_cancel(args: argparse.Namespace, out: Output) -> int:
     """``runs cancel`` without a RUN_ID: every run the filters select, after a confirmation."""
     from models.db import utcnow
     from models.errors import (
+        ConfigurationError,
         InvalidTransitionError,
         OperatorDeniedError,
         OperatorUnauthenticatedError,
         StaleStateError,
     )
     from worker import cancel_run
+    from worker.cli.exits import status_of
     from worker.operate import find_runs
 
     if not any((args.flow, args.state, args.older_than, args.started_by)):
@@ -247,11 +248,14 @@ def bulk_cancel(args: argparse.Namespace, out: Output) -> int:
             skipped += 1  # it finished (or kept moving) since it was selected
         except OperatorDeniedError:
             denied.append(run)  # a flow whose operator roles this actor does not hold
-        except OperatorUnauthenticatedError as exc:
+        except (OperatorUnauthenticatedError, ConfigurationError) as exc:
+            # A credential refused, or a flow this process cannot tell the operators of: the
+            # rest is not tried, and what was cancelled before is said, not "nothing changed".
             if cancelled == 0:
                 raise  # the first one: nothing was cancelled
+            said = str(exc).removesuffix("; nothing changed")
             raise CliError(
-                f"{exc}; {cancelled} run(s) were cancelled before", OPERATOR_UNAUTHENTICATED
+                f"{said}; {cancelled} run(s) were cancelled before", status_of(exc)
             ) from None
     if out.as_json:
         out.json(

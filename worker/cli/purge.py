@@ -27,7 +27,10 @@ def finished_before(text: str) -> datetime:
     moment = moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
     if moment > datetime.now(UTC):
         raise argparse.ArgumentTypeError(f"{shown(text)} is in the future")
-    return moment.astimezone(UTC)
+    try:
+        return moment.astimezone(UTC)
+    except OverflowError:  # 0001-01-01T00:00:00+14:00 is before the first date UTC has
+        raise argparse.ArgumentTypeError(problem) from None
 
 
 def register(sub: Subparsers, common: Parser) -> None:
