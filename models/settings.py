@@ -120,10 +120,7 @@ class Settings(BaseSettings):
     @field_validator("database_url")
     @classmethod
     def _a_supported_database(cls, url: str) -> str:
-        scheme = _URL_SCHEME.match(url)
-        if scheme is None:
-            raise ValueError("expected a URL like postgresql://user@host/db or sqlite:///file.db")
-        backend = scheme.group(1).split("+")[0]
+        backend = _scheme(url, "postgresql://user@host/db or sqlite:///file.db")
         if backend not in SUPPORTED_DATABASES:
             raise ValueError(f"unsupported database {backend!r}: use postgresql:// or sqlite://")
         return url
@@ -132,10 +129,7 @@ class Settings(BaseSettings):
     @classmethod
     def _a_known_broker(cls, url: str) -> str:
         # Else a run is committed and its every publish fails, until someone reads the log.
-        scheme = _URL_SCHEME.match(url)
-        if scheme is None:
-            raise ValueError("expected a URL like redis://host:6379/0 or amqp://host//")
-        transport = scheme.group(1).split("+")[0]
+        transport = _scheme(url, "redis://host:6379/0 or amqp://host//")
         if transport not in COMMON_BROKERS and transport not in _kombu_transports():
             raise ValueError(
                 f"unknown broker {transport!r}: use redis://, amqp:// or filesystem://"
@@ -201,3 +195,11 @@ def _kombu_transports() -> frozenset[str]:
     from kombu.transport import TRANSPORT_ALIASES
 
     return frozenset(TRANSPORT_ALIASES)
+
+
+def _scheme(url: str, example: str) -> str:
+    """The backend a URL names (``postgresql`` of ``postgresql+psycopg://``), or ValueError."""
+    found = _URL_SCHEME.match(url)
+    if found is None:
+        raise ValueError(f"expected a URL like {example}")
+    return found.group(1).split("+")[0]
