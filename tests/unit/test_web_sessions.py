@@ -35,15 +35,6 @@ def test_an_unknown_ended_or_tampered_cookie_opens_nothing() -> None:
     assert store.load(cookie) is None
 
 
-def test_an_anonymous_session_only_carries_a_csrf_token() -> None:
-    store = SessionStore(MemoryBackend(), ttl=60)
-    loaded = store.load(store.start())
-    assert loaded is not None
-    data, credential = loaded
-    assert (data.actor_id, credential) == (None, None)
-    assert len(data.csrf) >= 32
-
-
 def test_sessions_expire() -> None:
     store = SessionStore(MemoryBackend(), ttl=0)
     assert store.load(store.start("ada", CREDENTIAL)) is None

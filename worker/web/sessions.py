@@ -27,7 +27,8 @@ KEY_PREFIX = "interlude:web:session:"
 class SessionData:
     csrf: str
     actor_id: str | None = None
-    # The credential XOR the cookie's pad (base64); None before sign-in.
+    # The credential XOR the cookie's pad (base64); None in an anonymous session an earlier
+    # version stored (read as signed out until it expires).
     sealed: str | None = None
 
 
@@ -105,17 +106,20 @@ class SessionStore:
     def _key(self, session_id: str) -> str:
         return KEY_PREFIX + hashlib.sha256(session_id.encode()).hexdigest()
 
-    def start(self, actor_id: str | None = None, credential: str | None = None) -> str:
-        """A new session; returns the cookie value (the only place its id and pad exist)."""
+    def start(self, actor_id: str, credential: str) -> str:
+        """A signed-in actor's session; returns the cookie value (the only place its id and pad
+        exist). Nothing is started for a visitor who has not signed in (the sign-in form's
+        CSRF token is checked against a cookie of its own)."""
         session_id = secrets.token_urlsafe(32)
-        sealed = pad = None
-        if credential is not None:
-            data = credential.encode("utf-8", "surrogatepass")
-            pad = secrets.token_bytes(len(data))
-            sealed = _b64(_xor(data, pad))
-        record = {"csrf": secrets.token_urlsafe(32), "actor_id": actor_id, "sealed": sealed}
+        data = credential.encode("utf-8", "surrogatepass")
+        pad = secrets.token_bytes(len(data))
+        record = {
+            "csrf": secrets.token_urlsafe(32),
+            "actor_id": actor_id,
+            "sealed": _b64(_xor(data, pad)),
+        }
         self.backend.put(self._key(session_id), json.dumps(record), self.ttl)
-        return f"{session_id}.{_b64(pad) if pad is not None else ''}"
+        return f"{session_id}.{_b64(pad)}"
 
     def load(self, cookie: str | None) -> tuple[SessionData, str | None] | None:
         """The session a cookie names and the credential it unseals (None when signed out)."""
