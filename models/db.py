@@ -35,8 +35,14 @@ def utcnow() -> datetime:
     return datetime.now(UTC)
 
 
-def make_engine(url: str, pool_size: int = DEFAULT_POOL_SIZE) -> Engine:
-    return dialect_for(url).create(make_url(url), pool_size)
+def make_engine(url: str, pool_size: int = DEFAULT_POOL_SIZE, *, create: bool = False) -> Engine:
+    """An engine for ``url``; only ``create`` may make the database (SQLite's file) first."""
+    return dialect_for(url).create(make_url(url), pool_size, create=create)
+
+
+def database_exists(url: str) -> bool:
+    """Whether ``url``'s database is there to connect to (an embedded one may not be yet)."""
+    return dialect_for(url).exists(make_url(url))
 
 
 def pool_size() -> int:

@@ -7,6 +7,7 @@ strategy leaves queries as they are and prepares each connection for that.
 
 from __future__ import annotations
 
+import sqlite3
 import time
 from collections.abc import Callable, Hashable, Sequence
 from datetime import UTC, datetime
@@ -39,6 +40,7 @@ from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.sql import FromClause, Insert, Select
 from sqlalchemy.sql.dml import UpdateBase
 
+from models.db_errors import NO_DATABASE_FILE
 from models.driver import DriverStatement, NotForDriver
 from models.errors import ConfigurationError
 from models.scope import Scope
@@ -110,7 +112,8 @@ class Dialect:
             return prepared.execute(session, params)
         return session.execute(prepared, params)
 
-    def create(self, url: URL, pool_size: int) -> Engine:
+    def create(self, url: URL, pool_size: int, *, create: bool = False) -> Engine:
+        """An engine for ``url``; ``create``: the database may be created (SQLite's file)."""
         if url.drivername in ("postgresql", "postgres"):
             # psycopg 3 is the driver we ship; plain postgresql:// would ask for psycopg2.
             url = url.set(drivername="postgresql+psycopg")
@@ -119,6 +122,10 @@ class Dialect:
         engine = create_engine(url, pool_size=pool_size, max_overflow=10, pool_use_lifo=True)
         _ping_when_idle(engine)
         return engine
+
+    def exists(self, url: URL) -> bool:
+        """Whether the database is there to connect to (a server's is, as far as we know)."""
+        return True
 
     def lock(self, query: S, *, of: Any = None) -> S:
         """Rows (of ``of``, if given) this transaction is about to change: contenders queue
@@ -281,12 +288,20 @@ class SQLiteDialect(Dialect):
     ) -> Any:
         return session.execute(self.shapes.get(shape, build), params)
 
-    def create(self, url: URL, pool_size: int) -> Engine:
-        if url.database and url.database != ":memory:":
-            Path(url.database).parent.mkdir(parents=True, exist_ok=True)
+    def create(self, url: URL, pool_size: int, *, create: bool = False) -> Engine:
+        on_disk = bool(url.database) and url.database != ":memory:"
+        if on_disk and create:
+            Path(str(url.database)).parent.mkdir(parents=True, exist_ok=True)
         engine = create_engine(url, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000})
         _serialise_writers(engine)
+        if on_disk and not create:
+            _open_existing_only(engine)
         return engine
+
+    def exists(self, url: URL) -> bool:
+        if not url.database or url.database == ":memory:" or url.query.get("uri"):
+            return True
+        return Path(url.database).exists()
 
     # Every write transaction already holds the database's single write lock from BEGIN.
     def lock(self, query: S, *, of: Any = None) -> S:
@@ -374,6 +389,22 @@ def _ping_when_idle(engine: Engine) -> None:
         except Exception as error:
             # The pool discards this connection and checks out another (a new one if need be).
             raise DisconnectionError(f"stale pooled connection: {error}") from error
+
+
+def _open_existing_only(engine: Engine) -> None:
+    # sqlite3 creates a missing file on connect: a command that only reads (or a worker
+    # started before `interlude db upgrade`) would leave an empty database, and its folders,
+    # wherever a mistyped URL points. Only the schema's upgrade creates one (``create``).
+    @event.listens_for(engine, "do_connect")
+    def _connect(_dialect: Any, _record: Any, cargs: list[Any], cparams: dict[str, Any]) -> None:
+        if cparams.get("uri"):  # the URL is already an SQLite URI: its own mode applies
+            return
+        path = Path(cargs[0])
+        if not path.exists():
+            raise sqlite3.OperationalError(f"{NO_DATABASE_FILE} {path}")
+        # Opened read-write only: if the file goes in the meantime, no new one is made.
+        cargs[0] = f"{path.resolve().as_uri()}?mode=rw"
+        cparams["uri"] = True
 
 
 def _serialise_writers(engine: Engine) -> None:

@@ -10,7 +10,7 @@ from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 
-from models.db import make_engine
+from models.db import database_exists, make_engine
 from models.settings import get_settings
 
 MIGRATIONS = Path(__file__).parent / "migrations"
@@ -56,7 +56,10 @@ def current_head() -> str:
 
 def database_revision(url: str | None = None) -> str | None:
     """The revision the database is at; None when it has no interlude schema."""
-    engine = make_engine(url or get_settings().database_url)
+    url = url or get_settings().database_url
+    if not database_exists(url):
+        return None  # asked, not made: only the upgrade creates a database
+    engine = make_engine(url)
     try:
         with engine.connect() as connection:
             return MigrationContext.configure(connection).get_current_revision()

@@ -9,7 +9,8 @@ from models.tables import Base
 
 config = context.config
 url = config.get_main_option("sqlalchemy.url") or ""
-engine = make_engine(url)
+# The upgrade is what makes a new embedded database (and its folder).
+engine = make_engine(url, create=True)
 with engine.connect() as connection:
     context.configure(
         connection=connection,

@@ -71,6 +71,36 @@ def test_a_fresh_postgres_url_is_told_to_upgrade_then_works(fresh_postgres: str)
     assert revisions[0]["id"] == json.loads(after.stdout)["head"]
 
 
+def test_a_missing_embedded_database_is_made_only_by_the_upgrade(tmp_path: Path) -> None:
+    # Given a SQLite URL whose file and folders are not there (a typo, or before the upgrade)
+    folder = tmp_path / "not" / "yet"
+    env = worker_env(f"sqlite:///{folder / 'interlude.db'}")
+
+    # When the operator lists, inspects and checks, then upgrades and lists again
+    listed = run("runs", "list", env=env)
+    shown = run("runs", "show", "run-0123456789", env=env)
+    actors = run("actors", "list", env=env)
+    current = run("--json", "db", "current", env=env)
+    checked = run("db", "check", env=env)
+    made = (tmp_path / "not").exists()
+    upgraded = run("db", "upgrade", env=env)
+    after = run("runs", "list", env=env)
+
+    # Then nothing that only reads makes a file or a folder, and each says what to do
+    for done in (listed, shown, actors, checked):
+        line = one_error_line(done, 1)
+        assert (
+            f"no database file at {folder / 'interlude.db'}" in line
+            or "no interlude schema" in line
+        )
+        assert "interlude db upgrade" in line
+    assert json.loads(current.stdout)["revision"] is None, current.stderr
+    assert not made
+    # And the upgrade makes the database, folders included, which then works
+    assert upgraded.returncode == 0, upgraded.stderr
+    assert after.returncode == 0 and "runs (0)" in after.stdout, after.stderr
+
+
 def test_conventions_version_json_anywhere_and_json_errors(tmp_path: Path) -> None:
     env = worker_env(f"sqlite:///{tmp_path / 'fresh.db'}")
 
