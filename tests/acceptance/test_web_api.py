@@ -85,7 +85,15 @@ def test_health_and_openapi(web_server: WebServer) -> None:
         "/v1/runs/{run_id}",
     } <= set(spec["paths"])
     assert "resume.v1" in str(spec["paths"]["/v1/resume"]["post"]["requestBody"])
-    assert httpx.get(web_server.url + "/docs").status_code == 200
+    docs = httpx.get(web_server.url + "/docs")
+    assert docs.status_code == 200
+    # No page of the server may be framed; the API's answers may load or run nothing
+    assert docs.headers["Content-Security-Policy"] == "frame-ancestors 'none'"
+    for path in ("/healthz", "/openapi.json", "/v1/interrupts", "/nowhere"):
+        answer = httpx.get(web_server.url + path)
+        assert answer.headers["Content-Security-Policy"].startswith("default-src 'none'"), path
+        assert answer.headers["X-Frame-Options"] == "DENY", path
+        assert answer.headers["X-Content-Type-Options"] == "nosniff", path
 
 
 def test_listing_is_by_role_oldest_first_with_filters_and_a_cursor(api: Api) -> None:

@@ -26,6 +26,10 @@ INBOX_CSP = (
     "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; "
     "frame-ancestors 'none'; base-uri 'none'"
 )
+# The API's answers are data, never a page: nothing in one may load, run or be framed.
+API_CSP = "default-src 'none'; frame-ancestors 'none'; base-uri 'none'"
+# /docs is FastAPI's Swagger page, whose scripts and styles come from a CDN: it is not framed.
+DOCS_CSP = "frame-ancestors 'none'"
 
 
 def _templates() -> Jinja2Templates:
@@ -88,10 +92,16 @@ def _add_basics(app: FastAPI) -> None:
         response = await call_next(request)
         response.headers.setdefault("X-Content-Type-Options", "nosniff")
         response.headers.setdefault("Referrer-Policy", "no-referrer")
-        if request.url.path.startswith("/inbox"):
-            response.headers["Content-Security-Policy"] = INBOX_CSP
-            response.headers["X-Frame-Options"] = "DENY"
-        if not request.url.path.startswith("/inbox/static"):
+        path = request.url.path
+        if path.startswith("/inbox"):
+            policy = INBOX_CSP
+        elif path == "/docs":
+            policy = DOCS_CSP
+        else:
+            policy = API_CSP
+        response.headers["Content-Security-Policy"] = policy
+        response.headers["X-Frame-Options"] = "DENY"
+        if not path.startswith("/inbox/static"):
             response.headers.setdefault("Cache-Control", "no-store")
         return response
 
