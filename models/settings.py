@@ -31,6 +31,8 @@ DEFAULT_WEB_PORT = 8000
 DEFAULT_WEB_CLIENT_LIMIT = "30/minute"
 DEFAULT_WEB_ACTOR_LIMIT = "20/minute"
 DEFAULT_WEB_SESSION_SECONDS = 8 * 3600
+# An inbox session with no request for this long ends (OWASP's guidance: 15 to 30 minutes).
+DEFAULT_WEB_IDLE_SECONDS = 30 * 60
 DEFAULT_SWEEP_INTERVAL = 5.0
 DEFAULT_REAP_INTERVAL = 10.0
 ENV_PREFIX = "INTERLUDE_"
@@ -102,6 +104,7 @@ class Settings(BaseSettings):
     web_client_limit: str = DEFAULT_WEB_CLIENT_LIMIT
     web_actor_limit: str = DEFAULT_WEB_ACTOR_LIMIT
     web_session_seconds: int = Field(DEFAULT_WEB_SESSION_SECONDS, ge=1, le=LONGEST_SECONDS)
+    web_idle_seconds: int = Field(DEFAULT_WEB_IDLE_SECONDS, ge=1, le=LONGEST_SECONDS)
     # Mark the session cookie Secure: set it when the inbox is served over HTTPS.
     web_secure_cookie: bool = False
     # Where the notifier recipe (examples/inbox_webhook.py) posts inbox links; off when empty.

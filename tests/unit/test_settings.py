@@ -62,6 +62,7 @@ def test_the_numeric_settings_are_the_expected_ones() -> None:
             "db_pool_size",
             "web_port",
             "web_session_seconds",
+            "web_idle_seconds",
             "sweep_interval",
             "reap_interval",
             "effect_margin",

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from worker.web.sessions import KEY_PREFIX, MemoryBackend, SessionStore
 
 CREDENTIAL = "ilc_" + "s3cret-Token_" * 3
@@ -38,3 +40,49 @@ def test_an_unknown_ended_or_tampered_cookie_opens_nothing() -> None:
 def test_sessions_expire() -> None:
     store = SessionStore(MemoryBackend(), ttl=0)
     assert store.load(store.start("ada", CREDENTIAL)) is None
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_session_ends_after_its_idle_time_and_each_request_pushes_that_back() -> None:
+    clock = Clock()
+    store = SessionStore(MemoryBackend(clock), ttl=3600, idle=600, clock=clock)
+    cookie = store.start("ada", CREDENTIAL)
+    for _ in range(3):  # a request every nine minutes keeps it: 27 minutes in all
+        clock.now += 540
+        assert store.load(cookie) is not None
+    clock.now += 601  # then ten minutes and a second with no request
+    assert store.load(cookie) is None
+
+
+def test_a_session_in_use_still_ends_at_its_lifetime() -> None:
+    clock = Clock()
+    store = SessionStore(MemoryBackend(clock), ttl=3600, idle=600, clock=clock)
+    cookie = store.start("ada", CREDENTIAL)
+    for _ in range(6):  # used every ten minutes less a second, up to its hour
+        clock.now += 599
+        assert store.load(cookie) is not None
+    clock.now += 7  # 3601 s after sign-in, though the last request was 7 s ago
+    assert store.load(cookie) is None
+
+
+def test_a_session_stored_without_an_end_expires_as_stored() -> None:
+    # Stored by an earlier version: the store's own expiry still ends it; it is not extended
+    clock = Clock()
+    backend = MemoryBackend(clock)
+    store = SessionStore(backend, ttl=3600, idle=600, clock=clock)
+    cookie = store.start("ada", CREDENTIAL)
+    key, (until, value) = next(iter(backend._items.items()))
+    record = json.loads(value)
+    del record["ends"]
+    backend._items[key] = (until, json.dumps(record))
+    clock.now += 300
+    assert store.load(cookie) is not None
+    clock.now += 301
+    assert store.load(cookie) is None

@@ -73,7 +73,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     limiter.counter = counter
     app.state.web = WebState(
         settings=settings,
-        sessions=SessionStore(backend_for(settings.broker_url), settings.web_session_seconds),
+        sessions=SessionStore(
+            backend_for(settings.broker_url),
+            settings.web_session_seconds,
+            idle=settings.web_idle_seconds,
+        ),
         limiter=limiter,
         templates=_templates(),
         registry=registry,

@@ -6,6 +6,10 @@ reveals the credential; together they let every answer go through ``submit_resum
 real credential (a revoked actor is refused there, as anywhere). Sessions live in Redis when
 the broker is Redis (several ``interlude serve`` processes share them) and in this process's
 memory on the embedded default (one process; a restart signs everyone out).
+
+A session ends at the first of two times: its lifetime after sign-in, and a stretch of idle time
+with no request (each request that finds it pushes that end back). A browser left signed in
+on an unattended desk does not answer approvals for the rest of the working day.
 """
 
 from __future__ import annotations
@@ -13,9 +17,11 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import math
 import secrets
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -36,15 +42,17 @@ class Backend(Protocol):
     def put(self, key: str, value: str, ttl: int) -> None: ...
     def get(self, key: str) -> str | None: ...
     def forget(self, key: str) -> None: ...
+    def touch(self, key: str, ttl: int) -> None: ...
 
 
 class MemoryBackend:
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
         self._lock = threading.Lock()
         self._items: dict[str, tuple[float, str]] = {}
 
     def put(self, key: str, value: str, ttl: int) -> None:
-        now = time.monotonic()
+        now = self._clock()
         with self._lock:
             # Forget expired sessions as new ones come, so memory follows the live ones.
             for old in [k for k, (until, _) in self._items.items() if until <= now]:
@@ -54,13 +62,19 @@ class MemoryBackend:
     def get(self, key: str) -> str | None:
         with self._lock:
             found = self._items.get(key)
-        if found is None or found[0] <= time.monotonic():
+        if found is None or found[0] <= self._clock():
             return None
         return found[1]
 
     def forget(self, key: str) -> None:
         with self._lock:
             self._items.pop(key, None)
+
+    def touch(self, key: str, ttl: int) -> None:
+        with self._lock:
+            found = self._items.get(key)
+            if found is not None:
+                self._items[key] = (self._clock() + ttl, found[1])
 
 
 class RedisBackend:
@@ -78,6 +92,9 @@ class RedisBackend:
 
     def forget(self, key: str) -> None:
         self._client.delete(key)
+
+    def touch(self, key: str, ttl: int) -> None:
+        self._client.expire(key, ttl)
 
 
 def backend_for(broker_url: str) -> Backend:
@@ -99,9 +116,18 @@ def _xor(data: bytes, pad: bytes) -> bytes:
 
 
 class SessionStore:
-    def __init__(self, backend: Backend, ttl: int) -> None:
+    def __init__(
+        self,
+        backend: Backend,
+        ttl: int,
+        idle: int | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        """Sessions that last ``ttl`` seconds from sign-in, or ``idle`` without a request."""
         self.backend = backend
         self.ttl = ttl
+        self.idle = ttl if idle is None else min(idle, ttl)
+        self._clock = clock
 
     def _key(self, session_id: str) -> str:
         return KEY_PREFIX + hashlib.sha256(session_id.encode()).hexdigest()
@@ -117,8 +143,9 @@ class SessionStore:
             "csrf": secrets.token_urlsafe(32),
             "actor_id": actor_id,
             "sealed": _b64(_xor(data, pad)),
+            "ends": self._clock() + self.ttl,
         }
-        self.backend.put(self._key(session_id), json.dumps(record), self.ttl)
+        self.backend.put(self._key(session_id), json.dumps(record), self.idle)
         return f"{session_id}.{_b64(pad)}"
 
     def load(self, cookie: str | None) -> tuple[SessionData, str | None] | None:
@@ -126,10 +153,19 @@ class SessionStore:
         if not cookie or "." not in cookie:
             return None
         session_id, _, pad_text = cookie.partition(".")
-        stored = self.backend.get(self._key(session_id))
+        key = self._key(session_id)
+        stored = self.backend.get(key)
         if stored is None:
             return None
         record = json.loads(stored)
+        ends = record.get("ends")  # absent in a session an earlier version stored
+        if ends is not None:
+            left = ends - self._clock()
+            if left <= 0:
+                self.backend.forget(key)
+                return None
+            # Seen now: idle time counts from this request, never past the lifetime.
+            self.backend.touch(key, max(1, math.ceil(min(self.idle, left))))
         data = SessionData(record["csrf"], record.get("actor_id"), record.get("sealed"))
         if data.sealed is None or data.actor_id is None:
             return data, None
