@@ -14,11 +14,17 @@ from models.tables import Actor, from_row
 ACTORS: Table = Actor.__table__  # type: ignore[assignment]
 
 
-def insert_actor(session: Session, actor_id: str, roles: list[str], credential_hash: str) -> None:
+def insert_actor(
+    session: Session, actor_id: str, roles: list[str], credential_hash: str, kind: str
+) -> None:
     """A new actor; an id that exists raises IntegrityError."""
     session.execute(
         insert(ACTORS).values(
-            id=actor_id, roles=roles, credential_hash=credential_hash, created_at=utcnow()
+            id=actor_id,
+            roles=roles,
+            credential_hash=credential_hash,
+            created_at=utcnow(),
+            kind=kind,
         )
     )
 
@@ -52,6 +58,11 @@ def replace_credential(session: Session, actor_id: str, credential_hash: str) ->
         .where(ACTORS.c.id == actor_id)
         .values(credential_hash=credential_hash, revoked_at=None)
     )
+    return bool(result.rowcount == 1)  # type: ignore[attr-defined]
+
+
+def set_kind(session: Session, actor_id: str, kind: str) -> bool:
+    result = session.execute(update(ACTORS).where(ACTORS.c.id == actor_id).values(kind=kind))
     return bool(result.rowcount == 1)  # type: ignore[attr-defined]
 
 

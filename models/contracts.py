@@ -304,6 +304,7 @@ class EffectView(Frozen):
 
 class ActorView(Frozen):
     id: str
+    kind: str  # human or service, fixed when the actor was added
     roles: list[str]
     created_at: datetime
     revoked_at: datetime | None

@@ -12,6 +12,7 @@ from statemachine import TERMINAL_STATES, InterruptStatus, RunState
 
 __all__ = [
     "TERMINAL_STATES",
+    "ActorKind",
     "Decision",
     "EffectStatus",
     "EventKind",
@@ -42,6 +43,14 @@ class ExpiryPolicy(StrEnum):
 class Decision(StrEnum):
     APPROVED = "approved"
     REJECTED = "rejected"
+
+
+class ActorKind(StrEnum):
+    """What an actor is, fixed when it is added: a resume or an operator action made with its
+    credential records it as ``human:ID`` or ``service:ID`` and may claim no other kind."""
+
+    HUMAN = "human"
+    SERVICE = "service"
 
 
 class ResumeOutcome(StrEnum):

@@ -23,7 +23,14 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, configure_mappers, mapped_co
 from sqlalchemy.orm.instrumentation import manager_of_class
 
 from models.dialects import BigId, Json, Timestamp
-from models.enums import EffectStatus, InterruptKind, InterruptStatus, ResumeOutcome, RunState
+from models.enums import (
+    ActorKind,
+    EffectStatus,
+    InterruptKind,
+    InterruptStatus,
+    ResumeOutcome,
+    RunState,
+)
 
 NAMING = {
     "ix": "ix_%(table_name)s_%(column_0_N_name)s",
@@ -221,6 +228,9 @@ class Actor(Base):
     credential_hash: Mapped[str] = mapped_column(String(128))
     created_at: Mapped[datetime] = mapped_column(Timestamp())
     revoked_at: Mapped[datetime | None] = mapped_column(Timestamp())
+    kind: Mapped[str] = mapped_column(String(16))
+
+    __table_args__ = (CheckConstraint(f"kind IN ({_values(ActorKind)})", name="kind"),)
 
 
 class Effect(Base):

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
         list_actors,
         revoke_actor,
         rotate_actor,
+        set_actor_kind,
         set_actor_roles,
     )
     from worker.context import Resume, StepContext
@@ -50,6 +51,7 @@ _EXPORTS = {
     "list_actors": "worker.actors",
     "revoke_actor": "worker.actors",
     "rotate_actor": "worker.actors",
+    "set_actor_kind": "worker.actors",
     "set_actor_roles": "worker.actors",
     "Resume": "worker.context",
     "StepContext": "worker.context",
@@ -99,6 +101,7 @@ __all__ = [
     "pause_run",
     "revoke_actor",
     "rotate_actor",
+    "set_actor_kind",
     "set_actor_roles",
     "submit_resume",
 ]

@@ -6,6 +6,7 @@ import hashlib
 import hmac
 import re
 import secrets
+from collections.abc import Iterable
 from typing import Any
 
 from sqlalchemy.exc import IntegrityError
@@ -14,9 +15,12 @@ from sqlalchemy.orm import Session
 from models import actors as store
 from models.contracts import ActorView
 from models.db import transaction, utcnow
+from models.enums import ActorKind
 from models.errors import ActorError, ActorExistsError, ActorNotFoundError
 from models.identity import CREDENTIAL_PREFIX, CREDENTIAL_SHAPE, actor_id_problem, normal_actor_id
+from models.runs import storable_text
 from models.tables import Actor
+from worker.arguments import shown
 
 ROLE = re.compile(r"^[A-Za-z0-9_.:\-]{1,100}$")
 REDACTED = "ilc_[redacted]"
@@ -80,9 +84,28 @@ def checked_actor_id(actor_id: object) -> str:
     return normal_actor_id(actor_id)
 
 
+def _stored_id(actor_id: object) -> str:
+    """``actor_id`` in its normal form, to find an actor by; ActorError if it is not text.
+
+    Unlike ``checked_actor_id`` it takes ids that today's rules would refuse: an actor added
+    before a rule existed can still be rotated, revoked or given roles.
+    """
+    if not isinstance(actor_id, str):
+        raise ActorError(actor_id=shown(actor_id), detail="an actor id must be text")
+    if not storable_text(actor_id):
+        # No actor has such an id (add_actor refuses it), and PostgreSQL fails on the lookup.
+        raise ActorNotFoundError(actor_id=shown(actor_id))
+    return normal_actor_id(actor_id)
+
+
 def _roles(actor_id: str, roles: list[str] | tuple[str, ...]) -> list[str]:
     # A bare string is iterable too: "approver" must not become the roles a, e, o, p, r, v.
-    if isinstance(roles, str) or not all(isinstance(r, str) for r in roles):
+    # None or a number is the same mistake, not a TypeError from iterating it.
+    if isinstance(roles, str | bytes) or not isinstance(roles, Iterable):
+        raise ActorError(actor_id=actor_id, detail="roles must be a list of strings")
+    # Read once: a generator would be empty the second time.
+    roles = list(roles)
+    if not all(isinstance(r, str) for r in roles):
         raise ActorError(actor_id=actor_id, detail="roles must be a list of strings")
     named = [r.strip() for r in roles]
     if not any(named):
@@ -102,18 +125,24 @@ def _new_credential() -> str:
     return CREDENTIAL_PREFIX + secrets.token_urlsafe(32)
 
 
-def add_actor(actor_id: str, roles: list[str] | tuple[str, ...]) -> str:
+def add_actor(
+    actor_id: str, roles: list[str] | tuple[str, ...], *, kind: str = ActorKind.HUMAN
+) -> str:
     """Create a responder and return its credential: the only time it is ever shown.
 
     The id is stored in its normal form (trimmed, NFKC, case-folded); an id that is another's
-    after normalisation is refused as existing.
+    after normalisation is refused as existing. ``kind`` (``human`` or ``service``) is what
+    the actor answers and acts as: a request claiming the other kind is refused.
     """
     actor_id = checked_actor_id(actor_id)
     role_list = _roles(actor_id, roles)
+    checked_kind = _kind(actor_id, kind)
     credential = _new_credential()
     try:
         with transaction() as session:
-            store.insert_actor(session, actor_id, role_list, hash_credential(credential))
+            store.insert_actor(
+                session, actor_id, role_list, hash_credential(credential), checked_kind
+            )
     except IntegrityError:
         raise ActorExistsError(actor_id=actor_id) from None
     return credential
@@ -122,7 +151,7 @@ def add_actor(actor_id: str, roles: list[str] | tuple[str, ...]) -> str:
 def rotate_actor(actor_id: str) -> str:
     """A new credential for the same actor (also one that was revoked); the old one stops
     working when this commits. Returns the credential: the only time it is shown."""
-    actor_id = normal_actor_id(actor_id) if isinstance(actor_id, str) else actor_id
+    actor_id = _stored_id(actor_id)
     credential = _new_credential()
     with transaction() as session:
         if not store.replace_credential(session, actor_id, hash_credential(credential)):
@@ -131,14 +160,30 @@ def rotate_actor(actor_id: str) -> str:
 
 
 def revoke_actor(actor_id: str) -> None:
-    actor_id = normal_actor_id(actor_id) if isinstance(actor_id, str) else actor_id
+    actor_id = _stored_id(actor_id)
     with transaction() as session:
         if not store.revoke(session, actor_id, utcnow()) and not store.exists(session, actor_id):
             raise ActorNotFoundError(actor_id=actor_id)
 
 
+def set_actor_kind(actor_id: str, kind: str) -> None:
+    """Correct what an actor is (``human`` or ``service``); its credential stays valid."""
+    actor_id = _stored_id(actor_id)
+    checked_kind = _kind(actor_id, kind)
+    with transaction() as session:
+        if not store.set_kind(session, actor_id, checked_kind):
+            raise ActorNotFoundError(actor_id=actor_id)
+
+
+def _kind(actor_id: str, kind: object) -> str:
+    if kind not in tuple(ActorKind):
+        kinds = ", ".join(ActorKind)
+        raise ActorError(actor_id=actor_id, detail=f"the kind must be one of {kinds}")
+    return str(kind)
+
+
 def set_actor_roles(actor_id: str, roles: list[str] | tuple[str, ...]) -> None:
-    actor_id = normal_actor_id(actor_id) if isinstance(actor_id, str) else actor_id
+    actor_id = _stored_id(actor_id)
     role_list = _roles(actor_id, roles)
     with transaction() as session:
         if not store.set_roles(session, actor_id, role_list):

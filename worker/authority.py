@@ -90,6 +90,15 @@ def authorize(session: Session, run_id: str, who: Claim, credential: Credential)
         raise OperatorUnauthenticatedError(
             action=who.action, run_id=run_id, outcome="unauthenticated", reason=UNAUTHENTICATED
         )
+    if actor.kind != who.actor_type:
+        # Recorded as who acted: a service's credential never acts as a person, nor back.
+        raise OperatorUnauthenticatedError(
+            action=who.action,
+            run_id=run_id,
+            outcome="unauthenticated",
+            reason=f"actor {actor.id} is a {actor.kind}, not a {who.actor_type}: "
+            f"act as {actor.kind}:{actor.id}",
+        )
     run = store.load_run(session, run_id)
     roles = operator_roles(run)
     if not set(actor.roles or []) & set(roles):

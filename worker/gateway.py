@@ -189,6 +189,16 @@ def _decide_once(contract: ResumeContract, attempt: _Attempt) -> ResumeResult:
             )
         # From here on the attempt is the authenticated actor's, under the id's normal form.
         attempt.actor_id = actor.id
+        if actor.kind != contract.actor.type:
+            # The record must say what answered: a service's credential never answers as a
+            # person (nor the other way round). Unbound: the key stays free for a right retry.
+            return _insert(
+                session,
+                attempt,
+                ResumeOutcome.UNAUTHENTICATED,
+                f"actor {actor.id} is a {actor.kind}, not a {contract.actor.type}: "
+                f"answer as {actor.kind}:{actor.id}",
+            )
         if original is not None:
             return _repeat(session, attempt, original)
         try:

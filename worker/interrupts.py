@@ -11,6 +11,7 @@ from models.db import transaction
 from models.enums import InterruptKind, InterruptStatus, ResumeOutcome
 from models.errors import InterruptNotFoundError, InvalidInputError
 from models.tables import Interrupt
+from worker import arguments
 from worker.flows import Flow
 
 log = logging.getLogger(__name__)
@@ -43,6 +44,8 @@ def list_interrupts(
     limit: int = 1000,
 ) -> list[InterruptView]:
     """Interrupts, oldest first: the operators' work queue."""
+    run_id = arguments.optional_text("run_id", run_id)
+    limit = arguments.count("limit", limit)
     wanted_status = _member(InterruptStatus, status, "status") if status is not None else None
     wanted_kind = _member(InterruptKind, kind, "kind").value if kind is not None else None
     with transaction(readonly=True) as session:
@@ -77,6 +80,10 @@ def list_resume_attempts(
     outcome: ResumeOutcome | str | None = None,
 ) -> list[ResumeAttemptView]:
     """Resume attempts, newest first; pass the last id of a page as ``before`` for the next."""
+    interrupt_id = arguments.optional_text("interrupt_id", interrupt_id)
+    run_id = arguments.optional_text("run_id", run_id)
+    limit = arguments.count("limit", limit)
+    before = arguments.optional_count("before", before, arguments.MAX_ROW_ID)
     wanted = _member(ResumeOutcome, outcome, "outcome").value if outcome is not None else None
     with transaction(readonly=True) as session:
         rows = store.list_attempts(
@@ -107,5 +114,7 @@ def count_resume_attempts(
     run_id: str | None = None, interrupt_id: str | None = None
 ) -> dict[str, int]:
     """How many resume attempts there were, by outcome."""
+    run_id = arguments.optional_text("run_id", run_id)
+    interrupt_id = arguments.optional_text("interrupt_id", interrupt_id)
     with transaction(readonly=True) as session:
         return store.count_attempts(session, run_id=run_id, interrupt_id=interrupt_id)

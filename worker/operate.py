@@ -19,7 +19,7 @@ from models.errors import (
     OperatorRefusedError,
     WaitTimeoutError,
 )
-from worker import authority, dispatch
+from worker import arguments, authority, dispatch
 from worker.actors import Credential
 from worker.authority import ActorType
 from worker.runs import checked_reason, get_run
@@ -111,6 +111,11 @@ def find_runs(
 ) -> list[RunSummary]:
     """Runs matching every given filter, newest first (``limit=None``: all of them)."""
     wanted = _state(state)
+    # Checked here, not left to the driver: each backend fails (or matches nothing) differently.
+    flow = arguments.optional_text("flow", flow)
+    started_by = arguments.optional_text("started_by", started_by)
+    started_before = arguments.optional_moment("started_before", started_before)
+    limit = arguments.optional_count("limit", limit)
     with transaction(readonly=True) as session:
         rows = operator_queries.select_runs(
             session,

@@ -16,10 +16,10 @@ from sqlalchemy.orm import Session
 from models import runs as store
 from models.db import transaction, utcnow
 from models.enums import EventKind, RunState
-from models.errors import InvalidInputError, StaleStateError
+from models.errors import StaleStateError
 from models.settings import get_settings
 from models.tables import Run
-from worker import dispatch
+from worker import arguments, dispatch
 
 log = logging.getLogger(__name__)
 ACTOR = "system:reaper"
@@ -31,11 +31,9 @@ REDISPATCH_WAIT_LIMIT = 4
 def reap(now: datetime | None = None, batch: int | None = None) -> int:
     """Requeue runs with expired leases and republish unclaimed ones; returns how many."""
     settings = get_settings()
-    now = now or utcnow()
-    size = settings.sweep_batch if batch is None else batch
-    # INTERLUDE_SWEEP_BATCH is at least 1 (models.settings); a batch given here may not be.
-    if size < 1:
-        raise InvalidInputError(detail=f"reaper batch must be at least 1, got {size}")
+    now = arguments.optional_moment("now", now) or utcnow()
+    # INTERLUDE_SWEEP_BATCH is already in range (models.settings); a batch given here may not be.
+    size = settings.sweep_batch if batch is None else arguments.count("reaper batch", batch)
     handled = _requeue_expired(now, size, settings.max_claims)
     handled += _redispatch_unclaimed(now, size, settings.redispatch_after)
     return handled

@@ -12,7 +12,7 @@ from datetime import datetime
 
 from models import retention as store
 from models.db import transaction
-from models.errors import InvalidInputError
+from worker import arguments
 
 DEFAULT_BATCH = 500
 
@@ -31,10 +31,10 @@ def purge_finished_runs(
     finished_before: datetime, *, dry_run: bool = True, batch: int = DEFAULT_BATCH
 ) -> PurgeReport:
     """Count (``dry_run``) or delete the runs that finished before ``finished_before``."""
-    if finished_before.tzinfo is None:
-        raise InvalidInputError(detail="finished_before must be an aware datetime (UTC)")
-    if batch < 1:
-        raise InvalidInputError(detail=f"purge batch must be at least 1, got {batch}")
+    finished_before = arguments.moment("finished_before", finished_before)
+    # Only True counts: a falsy stand-in (None, 0, "") would delete where a count was meant.
+    dry_run = arguments.flag("dry_run", dry_run)
+    batch = arguments.count("purge batch", batch)
     if dry_run:
         with transaction(readonly=True) as session:
             counted = store.count_purgeable(session, finished_before)

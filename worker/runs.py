@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from pydantic import ValidationError
@@ -30,7 +29,7 @@ from models.errors import (
 )
 from models.identity import actor_id_problem, normal_actor_id
 from models.runs import storable_text
-from worker import authority, dispatch
+from worker import arguments, authority, dispatch
 from worker.actors import Credential
 from worker.authority import ActorType
 from worker.flows import get_flow
@@ -102,7 +101,7 @@ def enqueue_run(
     budget: float | None = None,
 ) -> str:
     """Start a run of the newest version of ``flow_name``; the same key returns the same run."""
-    flow = get_flow(flow_name)
+    flow = get_flow(arguments.text("flow_name", flow_name))
     data = _checked_input(flow_name, {} if input is None else input)
     if flow.input_model is not None:
         try:
@@ -113,12 +112,12 @@ def enqueue_run(
             raise InvalidInputError(detail=f"{where}: {first['msg']}") from None
         # The model may have turned "inf" or "1e309" into a float no database stores as such.
         data = _checked_input(flow_name, data)
+    # Text no database can hold is refused here: PostgreSQL fails on it when the key is looked up.
+    idempotency_key = arguments.optional_text("idempotency key", idempotency_key)
     if idempotency_key is not None and not 0 < len(idempotency_key) <= MAX_KEY:
         raise InvalidInputError(detail=f"idempotency key must be 1 to {MAX_KEY} characters")
-    if idempotency_key is not None and not storable_text(idempotency_key):
-        raise InvalidInputError(detail="idempotency key holds NUL or unpaired surrogate characters")
-    if budget is not None and (not math.isfinite(budget) or budget < 0):
-        raise InvalidInputError(detail="budget must be a non-negative number")
+    if budget is not None:
+        budget = arguments.amount("budget", budget)
     if started_by is not None:
         # Compared with the responder for separation of duties: the same form as actor ids.
         problem = actor_id_problem(started_by)
@@ -197,6 +196,8 @@ def list_runs(
     state: RunState | str | None = None, flow: str | None = None, limit: int = 100
 ) -> list[RunSummary]:
     """Runs, newest first."""
+    flow = arguments.optional_text("flow", flow)
+    limit = arguments.count("limit", limit)
     wanted: RunState | None = None
     if state is not None:
         try:

@@ -22,10 +22,10 @@ from models import interrupts as store
 from models import runs as run_store
 from models.db import transaction, utcnow
 from models.enums import EventKind, ExpiryPolicy, RunState
-from models.errors import InterludeError, InvalidInputError
+from models.errors import InterludeError
 from models.settings import get_settings
 from models.tables import Interrupt, Run
-from worker import dispatch
+from worker import arguments, dispatch
 from worker.flows import get_flow, load_flow_modules
 from worker.gateway import resume_as_system
 from worker.interrupts import notify
@@ -58,11 +58,9 @@ def sweep_expired(now: datetime | None = None, batch: int | None = None) -> int:
     goes on until a batch comes back short. Rows passed over (deferred or failed) are left
     pending for the next sweep and not selected again by this one.
     """
-    now = now or utcnow()
-    size = get_settings().sweep_batch if batch is None else batch
-    # INTERLUDE_SWEEP_BATCH is at least 1 (models.settings); a batch given here may not be.
-    if size < 1:
-        raise InvalidInputError(detail=f"sweep batch must be at least 1, got {size}")
+    now = arguments.optional_moment("now", now) or utcnow()
+    # INTERLUDE_SWEEP_BATCH is already in range (models.settings); a batch given here may not be.
+    size = get_settings().sweep_batch if batch is None else arguments.count("sweep batch", batch)
     # The default policy validates its input against schemas that the flow modules register.
     load_flow_modules()
     handled = 0

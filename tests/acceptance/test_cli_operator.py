@@ -181,3 +181,31 @@ def test_actors_are_shown_as_stored(cli: Cli) -> None:  # noqa: F811
         "actor zed.q now holds roles viewer"
         in cli.ok("actors", "roles", "ZED.Q", "--role", "viewer").stdout
     )
+
+
+def test_a_service_account_answers_only_as_a_service(cli: Cli) -> None:  # noqa: F811
+    # Given a service account added as one, and a waiting approval
+    added = cli.json("actors", "add", "approve-bot", "--role", "approver", "--kind", "service")
+    bot = added["credential"]
+    interrupt = waiting_on(enqueue_run("approval", {"env": "qa"}))
+    resume = ("resume", interrupt.id, "--actor", "approve-bot", "--decision", "approved", "--yes")
+
+    # When it answers as a person, then as what it is
+    as_person = cli.fails(11, *resume, token=bot)
+    as_service = cli.ok(*resume, "--actor-type", "service", token=bot)
+
+    # Then the first is refused saying why, the second accepted and recorded as the service
+    assert added["kind"] == "service"
+    assert "approve-bot is a service, not a human" in as_person.stderr
+    assert "accepted" in as_service.stdout
+    assert [(a["id"], a["kind"]) for a in cli.json("actors", "list")] == [
+        ("approve-bot", "service")
+    ]
+    assert "service" in cli.ok("actors", "list").stdout
+
+    # And a kind set wrongly is corrected without a new credential
+    said = cli.ok("actors", "kind", "Approve-Bot", "human").stdout
+    assert "actor approve-bot is now a human" in said
+    assert cli.json("actors", "list")[0]["kind"] == "human"
+    cli.fails(2, "actors", "kind", "approve-bot", "robot")
+    cli.fails(3, "actors", "kind", "nobody", "human")

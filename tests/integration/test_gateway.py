@@ -34,6 +34,7 @@ from worker import (
     set_actor_roles,
     submit_resume,
 )
+from worker.runs import list_events
 from worker.tasknames import TASK_RESUME
 from worker.testing import TaskRecorder
 
@@ -380,6 +381,41 @@ def test_revoked_actor_is_unauthenticated(waiting: Waiting) -> None:
         "unauthenticated",
         "revoked",
     )
+
+
+def test_a_human_credential_cannot_answer_as_a_service(waiting: Waiting) -> None:
+    # Given alice, added as a person, claiming to be a service in her contract
+    contract = contract_for(waiting.interrupt, "alice", actor={"type": "service", "id": "alice"})
+    # Then the refusal is kept under her id, and her key stays free for a right retry
+    _assert_refused_and_kept(
+        waiting,
+        contract,
+        waiting.credential,
+        "unauthenticated",
+        "actor alice is a human, not a service: answer as human:alice",
+    )
+    assert _last_attempt(waiting.interrupt.id).actor_id == "alice"
+    retried = submit_resume(
+        {**contract, "actor": {"type": "human", "id": "alice"}}, waiting.credential
+    )
+    assert retried.outcome == "accepted", retried.reason
+
+
+def test_a_service_credential_cannot_answer_as_a_person(waiting: Waiting) -> None:
+    # Given a service account holding the approver role
+    bot = add_actor("approve-bot", ["approver"], kind="service")
+    as_person = contract_for(waiting.interrupt, "approve-bot")
+    # When it claims to be a person, it is refused and nothing moves
+    _assert_refused_and_kept(
+        waiting, as_person, bot, "unauthenticated", "approve-bot is a service, not a human"
+    )
+    # And as what it is, it answers, recorded as a service
+    as_service = {**as_person, "actor": {"type": "service", "id": "approve-bot"}}
+    assert submit_resume(as_service, bot).outcome == "accepted"
+    assert get_interrupt(waiting.interrupt.id).resolved_by == "approve-bot"
+    assert [e.actor for e in list_events(waiting.run_id) if e.trigger == "accept_resume"] == [
+        "service:approve-bot"
+    ]
 
 
 def test_actor_without_the_role_is_denied(waiting: Waiting) -> None:

@@ -4,15 +4,27 @@ the CHECK constraints it creates allow exactly the values of the enums."""
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
+from pathlib import Path
 
+import pytest
+from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
-from sqlalchemy import text
+from sqlalchemy import insert, text
 
-from models.db import get_engine
-from models.enums import EffectStatus, InterruptKind, InterruptStatus, ResumeOutcome, RunState
-from models.migrate import current_head
-from models.tables import Base
+from models.db import dispose_engines, get_engine, utcnow
+from models.enums import (
+    ActorKind,
+    EffectStatus,
+    InterruptKind,
+    InterruptStatus,
+    ResumeOutcome,
+    RunState,
+)
+from models.migrate import alembic_config, current_head, upgrade
+from models.tables import Base, Event, Run
+from tests.services import create_pg_database
 
 
 def _ours(name: str | None, type_: str, parent_names: object) -> bool:
@@ -35,6 +47,7 @@ def test_upgrade_head_matches_the_models(database_url: str) -> None:
 # Every CHECK constraint of interlude's schema: the column and the enum whose values it allows.
 ENUM_CHECKS = {
     "ck_runs_state": ("runs", RunState),
+    "ck_actors_kind": ("actors", ActorKind),
     "ck_interrupts_kind": ("interrupts", InterruptKind),
     "ck_interrupts_status": ("interrupts", InterruptStatus),
     "ck_resume_attempts_outcome": ("resume_attempts", ResumeOutcome),
@@ -83,3 +96,58 @@ def test_the_migrations_check_constraints_allow_exactly_the_enum_values(
     live = _live_checks(database_url)
     expected = {name: {m.value for m in enum} for name, (_, enum) in ENUM_CHECKS.items()}
     assert live == expected
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def fresh_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A database of its own, to migrate down and up without touching the shared one."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'migrated.db'}"
+        return
+    url, drop = create_pg_database()
+    yield url
+    dispose_engines()
+    drop()
+
+
+def test_actors_that_acted_as_services_stay_services_after_the_upgrade(fresh_url: str) -> None:
+    # Given a database before actors had a kind, whose events show bot acting as a service
+    upgrade(fresh_url)
+    engine = get_engine(fresh_url)
+    now = utcnow()
+    with engine.begin() as conn:
+        conn.execute(
+            insert(Run.__table__).values(
+                id="run-kinds-1",
+                flow_name="f",
+                flow_version=1,
+                state="running",
+                input={},
+                created_at=now,
+                updated_at=now,
+            )
+        )
+        for actor in ("service:bot", "human:alice", "system:expiry", "service:not-an-actor"):
+            conn.execute(
+                insert(Event.__table__).values(
+                    run_id="run-kinds-1", at=now, actor=actor, trigger="cancel", detail={}
+                )
+            )
+    command.downgrade(alembic_config(fresh_url), "sec11_keys_per_actor")
+    with engine.begin() as conn:
+        for actor_id in ("bot", "alice", "carol"):
+            conn.execute(
+                text(
+                    "INSERT INTO actors (id, roles, credential_hash, created_at) "
+                    "VALUES (:id, '[]', 'h', :at)"
+                ),
+                {"id": actor_id, "at": now},
+            )
+    # When it is upgraded
+    upgrade(fresh_url)
+    # Then bot is a service and the others people
+    with engine.connect() as conn:
+        kinds = dict(conn.execute(text("SELECT id, kind FROM actors ORDER BY id")).all())
+    assert kinds == {"alice": "human", "bot": "service", "carol": "human"}
+    # And the way back drops the kind again
+    command.downgrade(alembic_config(fresh_url), "sec11_keys_per_actor")

@@ -110,7 +110,7 @@ def test_an_actor_without_the_flows_operator_roles_is_denied(
 
 def test_an_operator_of_the_flow_acts_and_is_recorded_as_kind_and_id(tasks: TaskRecorder) -> None:
     # Given a run of a flow operated by release-ops, and a service account holding that role
-    bot = add_actor("deploy-bot", ["release-ops"])
+    bot = add_actor("deploy-bot", ["release-ops"], kind="service")
     paused, cancelled = enqueue_run("owned"), enqueue_run("owned")
     # When it pauses one run and cancels the other, as a service
     by = pause_run(paused, actor=" Deploy-Bot ", credential=bot, actor_type="service")
@@ -128,6 +128,25 @@ def test_an_operator_of_the_flow_acts_and_is_recorded_as_kind_and_id(tasks: Task
         "service:deploy-bot",
     )
     assert _refusals(paused) == _refusals(cancelled) == []
+
+
+@pytest.mark.parametrize("action", sorted(ACTIONS))
+@pytest.mark.parametrize(("kind", "claimed"), [("service", "human"), ("human", "service")])
+def test_an_actor_acts_only_as_the_kind_it_was_added_as(
+    tasks: TaskRecorder, action: str, kind: str, claimed: str
+) -> None:
+    # Given an operator added as one kind, claiming the other
+    credential = add_actor("deploy-bot", ["release-ops"], kind=kind)
+    run_id = enqueue_run("owned")
+    before = _untouched(run_id)
+    with pytest.raises(OperatorUnauthenticatedError) as refused:
+        ACTIONS[action](run_id, actor="deploy-bot", credential=credential, actor_type=claimed)
+    # Then nothing changes, and the refusal is recorded under the kind it claimed
+    assert f"actor deploy-bot is a {kind}, not a {claimed}" in str(refused.value)
+    assert _untouched(run_id) == before
+    assert [(a, d["outcome"]) for a, d in _refusals(run_id)] == [
+        (f"{claimed}:deploy-bot", "unauthenticated")
+    ]
 
 
 @pytest.mark.parametrize("action", sorted(ACTIONS))

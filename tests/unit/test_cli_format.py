@@ -141,7 +141,7 @@ def test_every_verb_has_help(capsys: pytest.CaptureFixture[str]) -> None:
         "interrupts attempts",
         "purge",
         "resume",
-        *(f"actors {v}" for v in ("add", "list", "revoke", "rotate", "roles")),
+        *(f"actors {v}" for v in ("add", "list", "revoke", "rotate", "roles", "kind")),
         *(f"db {v}" for v in ("upgrade", "current", "history", "check")),
         "flows list",
         "flows check",

@@ -8,15 +8,25 @@ from worker.cli.exits import OK
 from worker.cli.output import Output, timestamp
 from worker.cli.parser import Parser, Subparsers, group, name_text, verb
 
+KINDS = ("human", "service")
+
 
 def register(sub: Subparsers, common: Parser) -> None:
-    actors = group(sub, "actors", "add, list, revoke and rotate responders; set their roles")
+    actors = group(
+        sub, "actors", "add, list, revoke and rotate responders; set their roles and kind"
+    )
 
     add = verb(
         actors, "add", _add, "add a responder and print its credential (once, only now)", common
     )
     add.add_argument("actor_id", metavar="ID", type=name_text)
     _roles(add)
+    add.add_argument(
+        "--kind",
+        choices=KINDS,
+        default="human",
+        help="a person or a service account (default human); it answers and acts only as that",
+    )
 
     verb(actors, "list", _list, "list responders and their roles", common)
 
@@ -36,6 +46,12 @@ def register(sub: Subparsers, common: Parser) -> None:
     roles.add_argument("actor_id", metavar="ID", type=name_text)
     _roles(roles)
 
+    kind = verb(
+        actors, "kind", _set_kind, "correct whether a responder is a person or a service", common
+    )
+    kind.add_argument("actor_id", metavar="ID", type=name_text)
+    kind.add_argument("kind", metavar="KIND", choices=KINDS, help="human or service")
+
 
 def _roles(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
@@ -53,12 +69,12 @@ def _add(args: argparse.Namespace, out: Output) -> int:
     from worker import add_actor
 
     # The credential is stored only as a hash: this is the one place it is ever shown.
-    secret = add_actor(args.actor_id, args.roles)
+    secret = add_actor(args.actor_id, args.roles, kind=args.kind)
     actor_id, roles = _stored(args.actor_id)
     if out.as_json:
-        out.json({"id": actor_id, "roles": roles, "credential": secret})
+        out.json({"id": actor_id, "kind": args.kind, "roles": roles, "credential": secret})
         return OK
-    out.line(f"actor {actor_id} added with roles {', '.join(roles)}")
+    out.line(f"actor {actor_id} ({args.kind}) added with roles {', '.join(roles)}")
     out.line(f"credential: {secret}")
     out.line("Store it now: it will not be shown again. Give it to interlude resume via")
     out.line("the INTERLUDE_ACTOR_TOKEN environment variable or its hidden prompt.")
@@ -73,10 +89,11 @@ def _list(args: argparse.Namespace, out: Output) -> int:
         out.json(found)
         return OK
     out.table(
-        ["actor", "roles", "created", "status"],
+        ["actor", "kind", "roles", "created", "status"],
         [
             (
                 a.id,
+                a.kind,
                 ", ".join(a.roles),
                 timestamp(a.created_at),
                 f"revoked {timestamp(a.revoked_at)}" if a.revoked_at else "active",
@@ -121,6 +138,21 @@ def _set_roles(args: argparse.Namespace, out: Output) -> int:
         out.json({"id": actor_id, "roles": roles})
     else:
         out.line(f"actor {actor_id} now holds roles {', '.join(roles)}")
+    return OK
+
+
+def _set_kind(args: argparse.Namespace, out: Output) -> int:
+    from models.identity import normal_actor_id
+    from worker import set_actor_kind
+
+    set_actor_kind(args.actor_id, args.kind)
+    actor_id = normal_actor_id(args.actor_id)
+    if out.as_json:
+        out.json({"id": actor_id, "kind": args.kind})
+    else:
+        out.line(
+            f"actor {actor_id} is now a {args.kind}: it answers and acts as {args.kind}:{actor_id}"
+        )
     return OK
 
 

@@ -133,7 +133,9 @@ def pending_interrupts(
 def interrupt_detail(interrupt_id: str, actor: Caller) -> InterruptDetail:
     """One interrupt as a responder sees it, and a ``resume.v1`` template bound to it."""
     interrupt = get_interrupt(interrupt_id)
-    return InterruptDetail(interrupt=interrupt, template=contract_for(interrupt, actor.id))
+    return InterruptDetail(
+        interrupt=interrupt, template=contract_for(interrupt, actor.id, actor_type=actor.kind)
+    )
 
 
 @router.get("/runs/{run_id}", response_model=RunDetail)
