@@ -9,6 +9,7 @@ from typing import Any, TypeVar, Unpack
 from pydantic import BaseModel, ValidationError
 
 from models import effects as ledger_store
+from models.contracts import InterruptDecl
 from models.db import transaction
 from models.effects import LedgerEntry, Outcome
 from models.enums import Decision, InterruptKind
@@ -74,6 +75,9 @@ class StepContext:
     applied_effects: list[str] = field(default_factory=list)
     pending_outcomes: list[Outcome] = field(default_factory=list)
     counters: dict[str, int] = field(default_factory=dict)
+    # The wait this execution asked for, once it asked: a step that catches the signal
+    # (a bare ``except:``, a ``return`` in ``finally``) must not go on as if it were answered.
+    suspended: Suspend | None = None
 
     def ledger(self) -> dict[str, LedgerEntry]:
         """The run's effect ledger, read once per execution when a step first needs it."""
@@ -123,7 +127,11 @@ class StepContext:
             decl = decl.model_copy(
                 update={"supersedes": renews.id, "previous_input": renews.resume_input}
             )
-        raise Suspend(decl)
+        raise self._suspend(decl)
+
+    def _suspend(self, decl: InterruptDecl) -> Suspend:
+        self.suspended = Suspend(decl)
+        return self.suspended
 
     def _carried_answer(self) -> ResolvedInterrupt | None:
         return next((r for r in self.resolved.values() if r.carried), None)
@@ -138,7 +146,7 @@ class StepContext:
                 name = f"budget.{grant}"
                 answer = self.resume_value(name)
                 if answer is None:
-                    raise Suspend(
+                    raise self._suspend(
                         declare(
                             name,
                             kind=InterruptKind.BUDGET,
@@ -173,6 +181,9 @@ class StepContext:
         ``fn`` is called as ``fn(*args, idempotency_key=..., fencing_token=epoch, **kwargs)``;
         ``pass_fencing_token=False`` leaves the token out for a callee that does not take it.
         """
+        if self.suspended is not None:
+            # The step caught its wait's signal and went on: nothing happens before the answer.
+            raise self.suspended
         result: T = perform(
             self,
             name,

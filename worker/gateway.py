@@ -676,8 +676,7 @@ def _repr(value: Any) -> str:
 def _storable(value: Any) -> Any:
     """``value`` with the text both databases refuse (NUL, lone surrogates) escaped."""
     if isinstance(value, str):
-        text = value.replace("\x00", "\\u0000")
-        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+        return run_store.storable_copy(value)
     if isinstance(value, list):
         return [_storable(item) for item in value]
     if isinstance(value, dict):

@@ -29,6 +29,7 @@ from models.errors import (
 )
 from models.identity import actor_id_problem, normal_actor_id
 from models.runs import storable_text
+from models.runs import unstorable_where as _unstorable_text
 from worker import arguments, authority, dispatch
 from worker.actors import Credential
 from worker.authority import ActorType
@@ -56,25 +57,6 @@ def _checked_input(flow_name: str, value: Any) -> Any:
     return data
 
 
-def _unstorable_text(value: Any) -> str | None:
-    """Where ``value`` (JSON) holds text with NUL or lone surrogates, in a key or a value at
-    any depth: ``" at 'a.b[0]'"``, ``""`` for the value itself, None if nowhere."""
-    stack: list[tuple[Any, str]] = [(value, "")]
-    while stack:
-        item, path = stack.pop()
-        if isinstance(item, str) and not storable_text(item):
-            return _at(path)
-        if isinstance(item, dict):
-            for key, child in item.items():
-                inner = f"{path}.{key}" if path else key
-                if not storable_text(key):
-                    return _at(inner)
-                stack.append((child, inner))
-        elif isinstance(item, list):
-            stack.extend((child, f"{path}[{index}]") for index, child in enumerate(item))
-    return None
-
-
 def checked_reason(action: str, reason: object) -> None:
     """InvalidInputError unless ``reason`` is text an operator action can record."""
     if not isinstance(reason, str):
@@ -85,11 +67,6 @@ def checked_reason(action: str, reason: object) -> None:
         raise InvalidInputError(
             detail=f"a {action}'s reason holds NUL or unpaired surrogate characters"
         )
-
-
-def _at(path: str) -> str:
-    # repr: the path may hold the very characters refused; cut so that the line stays short.
-    return f" at {path[:60]!r}" if path else ""
 
 
 def enqueue_run(

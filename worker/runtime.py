@@ -170,7 +170,18 @@ def _execute_step(claimed: Claimed, owner: str, *, may_chain: bool) -> Ended:
             if claimed.resuming and claimed.ledger is not None:
                 settle_pending_effects(ctx)
             next_step = claimed.step.fn(ctx)
+        if ctx.suspended is not None:
+            raise FlowDefinitionError(
+                detail=f"step {ctx.step!r} caught the signal of its wait for "
+                f"{ctx.suspended.decl.name!r} and returned (a bare except, or a return in "
+                "finally): let it propagate so that the run waits for the answer"
+            )
         if next_step is not None:
+            if not isinstance(next_step, str):
+                raise FlowDefinitionError(
+                    detail=f"step {ctx.step!r} returned a {type(next_step).__name__}, "
+                    "not the name of the next step or None"
+                )
             flow.get_step(next_step)
         ctx.state = _as_json_state(ctx)
     except Suspend as signal:
@@ -199,6 +210,13 @@ def _as_json_state(ctx: StepContext) -> dict[str, Any]:
         ) from None
     if not isinstance(state, dict):
         raise FlowDefinitionError(detail=f"step {ctx.step!r} replaced ctx.state with a non-dict")
+    where = store.unstorable_where(state)
+    if where is not None:
+        # PostgreSQL refuses it at the commit, outside the step: the run would sit in running
+        # until the reaper, then fail as if its worker had died. SQLite keeps it; refused alike.
+        raise FlowDefinitionError(
+            detail=f"step {ctx.step!r} left state holding NUL or unpaired surrogates{where}"
+        )
     return state
 
 
@@ -543,7 +561,8 @@ def _commit_advance(
 
 def _commit_failure(claimed: Claimed, ctx: StepContext, exc: Exception, owner: str) -> Ended:
     run, step, actor = claimed.run, claimed.step, f"worker:{owner}"
-    error = f"{type(exc).__name__}: {exc}"
+    # A message may repeat text no database stores (PostgreSQL would refuse the commit).
+    error = store.storable_copy(f"{type(exc).__name__}: {exc}")
     attempts = run.step_attempts + 1
     retry = attempts <= step.retries and not isinstance(exc, PERMANENT_ERRORS)
     detail = {"step": step.name, "attempt": attempts, "error": error}

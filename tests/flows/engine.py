@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import time
+from typing import Any
 
 import redis
 
@@ -109,4 +110,22 @@ def tally(ctx: StepContext) -> str:
 @evolving.step()
 def close(ctx: StepContext) -> None:
     ctx.state["closed"] = True
+    return None
+
+
+# Steps that make the mistakes a flow author can: what each leaves must still be storable.
+mistaken = Flow("mistaken", version=1)
+
+
+@mistaken.step(retries=0)
+def err(ctx: StepContext) -> Any:
+    mistake = ctx.input["mistake"]
+    if mistake == "nul_state":
+        ctx.state["note"] = "a\x00b"
+    elif mistake == "surrogate_key":
+        ctx.state["\ud800"] = 1
+    elif mistake == "nul_error":
+        raise ValueError("bad byte \x00 and \ud800 here")
+    elif mistake == "list_step":
+        return ["done"]
     return None

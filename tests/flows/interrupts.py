@@ -304,3 +304,35 @@ def ask(ctx: StepContext) -> None:
     )
     ctx.state["note"] = answer.input.note if isinstance(answer.input, Fragile) else None
     return None
+
+
+# A step that catches its own wait's signal: the mistake interlude must not let through.
+swallowing = Flow("swallowing", version=1)
+
+
+def _pay(*, idempotency_key: str, fencing_token: int) -> dict[str, Any]:
+    count(f"swallowing:paid:{idempotency_key}")
+    return {"paid": True}
+
+
+@swallowing.step()
+def pay_after_approval(ctx: StepContext) -> None:
+    then = ctx.input.get("then")
+    try:
+        ctx.interrupt(
+            "go",
+            kind="approval",
+            input=Approval,
+            authority=["approver"],
+            expires_in=3600,
+            reason="pay?",
+        )
+    except:  # noqa: E722 (the mistake under test)
+        if then == "return":
+            return None
+    finally:
+        if then == "finally":
+            return None  # noqa: B012 (the mistake under test)
+    ctx.effect("pay", _pay)
+    ctx.state["paid"] = True
+    return None

@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 import time
 
+import pytest
 from sqlalchemy import select, update
 
 from models.db import transaction, utcnow
@@ -246,3 +247,23 @@ def test_a_resuming_run_migrates_with_its_answers(db: str) -> None:
             select(Event.trigger).where(Event.run_id == run_id).order_by(Event.id)
         ).scalars()
         assert "migrate" in list(triggers)
+
+
+@pytest.mark.parametrize(
+    ("mistake", "says"),
+    [
+        ("nul_state", "left state holding NUL or unpaired surrogates at 'note'"),
+        ("surrogate_key", "left state holding NUL or unpaired surrogates at '\\ud800'"),
+        ("nul_error", "ValueError: bad byte \\u0000 and \\ud800 here"),
+        ("list_step", "returned a list, not the name of the next step or None"),
+    ],
+)
+def test_a_step_whose_mistake_no_database_stores_fails_for_good_saying_so(
+    tasks: TaskRecorder, mistake: str, says: str
+) -> None:
+    # (PostgreSQL refused such text at the commit: the run sat in running until the reaper)
+    run_id = enqueue_run("mistaken", {"mistake": mistake})
+    tasks.drain()
+    run = get_run(run_id)
+    assert (run.state, run.checkpoints) == ("failed", 1)
+    assert says in (run.error or ""), run.error

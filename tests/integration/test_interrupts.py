@@ -343,3 +343,34 @@ def test_read_api_filters_and_errors(multi_actors: dict[str, str], tasks: TaskRe
     assert list_resume_attempts(run_id=second) == []
     assert attempts[-1].actor_id == "lee"
     assert attempts[-1].payload["interrupt_id"] == legal.id
+
+
+@pytest.mark.parametrize("then", ["return", "finally"])
+def test_a_step_that_catches_its_wait_and_returns_fails_instead_of_going_on(
+    db: str, tasks: TaskRecorder, then: str
+) -> None:
+    # Given a step that asks for approval inside a bare except (or returns in finally)
+    run_id = enqueue_run("swallowing", {"then": then})
+    # When it runs, it fails for good, saying what it did, and nothing waits or is paid
+    assert drain_finished(run_id) == "failed"
+    run = get_run(run_id)
+    assert "caught the signal of its wait for 'go'" in (run.error or ""), run.error
+    assert run.pending_interrupts == [] and "paid" not in (run.flow_state or {})
+    assert list_interrupts(run_id=run_id) == []
+
+
+def test_an_effect_after_a_caught_wait_waits_for_the_answer_then_happens_once(
+    db: str, tasks: TaskRecorder
+) -> None:
+    # Given a step that catches its wait's signal and goes on to pay
+    approver = add_actor("ann", ["approver"])
+    run_id = enqueue_run("swallowing", {"then": "pay"})
+    # When it runs: the payment raises the wait again, so the run waits and nothing is paid
+    interrupt = drain_pending(run_id, "go")
+    key_prefix = f"swallowing:paid:{run_id}"
+    assert [k for k in scratch_redis().keys(key_prefix + "*")] == []
+    # Then once approved it pays, once
+    assert submit_resume(contract_for(interrupt, "ann"), approver).accepted
+    assert drain_finished(run_id) == "succeeded"
+    assert get_run(run_id).flow_state["paid"] is True
+    assert len(scratch_redis().keys(key_prefix + "*")) == 1
