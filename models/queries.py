@@ -25,6 +25,8 @@ from models.enums import (
 )
 from models.tables import Checkpoint, Effect, Event, Interrupt, ResumeAttempt, Run
 
+_UNFINISHED = [s.value for s in RunState if s not in TERMINAL_STATES]
+
 
 def list_runs(
     session: Session, *, state: RunState | None, flow: str | None, limit: int
@@ -187,16 +189,37 @@ def repeated_work(session: Session) -> dict[EventKind, int]:
 # --- flow versions -----------------------------------------------------------------------------
 
 
-def unfinished_runs_by_version(session: Session) -> list[tuple[str, int, str, int]]:
-    """``(flow, version, state, count)`` of the runs that have not finished.
+def unfinished_runs_by_version(
+    session: Session,
+) -> list[tuple[str, int, str, str | None, int]]:
+    """``(flow, version, state, next step, count)`` of the runs that have not finished.
 
-    What an operator asks before retiring a flow version: which versions still have runs.
-    Read through the ``(flow_name, state)`` index; finished runs are not counted.
+    What an operator asks before retiring a flow version: which versions still have runs, and
+    at which steps. Read through the ``(flow_name, state)`` index; finished runs are not counted.
     """
-    unfinished = [s.value for s in RunState if s not in TERMINAL_STATES]
     rows = session.execute(
-        select(Run.flow_name, Run.flow_version, Run.state, func.count())
-        .where(Run.state.in_(unfinished))
-        .group_by(Run.flow_name, Run.flow_version, Run.state)
+        select(Run.flow_name, Run.flow_version, Run.state, Run.next_step, func.count())
+        .where(Run.state.in_(_UNFINISHED))
+        .group_by(Run.flow_name, Run.flow_version, Run.state, Run.next_step)
     ).all()
-    return [(str(f), int(v), str(s), int(n)) for f, v, s, n in rows]
+    return [(str(f), int(v), str(s), t, int(n)) for f, v, s, t, n in rows]
+
+
+def unfinished_run_states(
+    session: Session, flow: str, version: int, *, after: str = "", limit: int = 500
+) -> list[tuple[str, Any]]:
+    """``(run id, flow state)`` of the unfinished runs of one flow version, from their latest
+    checkpoints, by run id after ``after``: a page of what a migration would be given."""
+    rows = session.execute(
+        select(Run.id, Checkpoint.state)
+        .join(Checkpoint, (Checkpoint.run_id == Run.id) & (Checkpoint.seq == Run.checkpoint_seq))
+        .where(
+            Run.flow_name == flow,
+            Run.flow_version == version,
+            Run.state.in_(_UNFINISHED),
+            Run.id > after,
+        )
+        .order_by(Run.id)
+        .limit(limit)
+    ).all()
+    return [(str(run_id), state) for run_id, state in rows]

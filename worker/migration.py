@@ -20,6 +20,7 @@ renewed review from the step itself (``worker.context``).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,7 +28,7 @@ from sqlalchemy.orm import Session
 
 from models import interrupts as interrupt_store
 from models import runs as store
-from models.contracts import evidence_hash
+from models.contracts import evidence_hash, json_copy
 from models.db import utcnow
 from models.enums import EventKind, RunState
 from models.errors import FlowDefinitionError
@@ -162,3 +163,25 @@ def carry(
         events.append((EventKind.ANSWER_CARRIED, detail))
     store.record_events(session, run.id, actor=actor, events=events)
     return Carried(resolved, waiting)
+
+
+def migrated_state(
+    migration: Callable[[dict[str, Any]], Any],
+    state: dict[str, Any] | None,
+    *,
+    run_id: str,
+    from_version: int,
+    to_version: int,
+) -> dict[str, Any]:
+    """``state`` as ``migration`` carries it to the new version: a JSON dict, or
+    FlowDefinitionError saying what went wrong (a step's run, or ``flows check``, reports it)."""
+    try:
+        migrated = json_copy(migration(dict(state or {})))
+    except Exception as exc:
+        raise FlowDefinitionError(
+            detail=f"migration of run {run_id} from version {from_version} to "
+            f"{to_version} failed: {type(exc).__name__}: {exc}"
+        ) from None
+    if not isinstance(migrated, dict):
+        raise FlowDefinitionError(detail=f"migration of run {run_id} did not return a dict")
+    return migrated

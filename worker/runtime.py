@@ -52,7 +52,7 @@ from worker.flows import (
 )
 from worker.interrupts import notify
 from worker.lease import keeper
-from worker.migration import carry, deferred_revalidation
+from worker.migration import carry, deferred_revalidation, migrated_state
 from worker.migration import plan as migration_plan
 from worker.reconcile import settle_pending_effects
 from worker.schemas import OperatorRelease
@@ -377,15 +377,13 @@ def _migrated(
     """
     if migration is None:
         return None
-    try:
-        state = json_copy(migration(dict(checkpoint.state or {})))
-    except Exception as exc:
-        raise FlowDefinitionError(
-            detail=f"migration of run {run.id} from version {run.flow_version} to "
-            f"{flow.version} failed: {type(exc).__name__}: {exc}"
-        ) from None
-    if not isinstance(state, dict):
-        raise FlowDefinitionError(detail=f"migration of run {run.id} did not return a dict")
+    state = migrated_state(
+        migration,
+        checkpoint.state,
+        run_id=run.id,
+        from_version=run.flow_version,
+        to_version=flow.version,
+    )
     return store.new_checkpoint(
         run,
         step=None,

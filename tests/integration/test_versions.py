@@ -9,9 +9,10 @@ from models.db import transaction
 from models.tables import Event
 from tests.flows.interrupts import scratch_redis
 from tests.resumes import contract_for
-from worker import add_actor, enqueue_run, get_run, submit_resume
+from worker import add_actor, enqueue_run, get_run, list_runs, submit_resume
 from worker import flows as registry
 from worker.testing import TaskRecorder
+from worker.versions import FlowVersion, flow_versions
 
 
 def test_a_resume_accepted_without_the_flow_code_is_revalidated_by_the_worker(
@@ -71,3 +72,49 @@ def test_a_resume_accepted_with_the_flow_code_is_not_revalidated_again(
     tasks.drain()
     # Then the accepted answer holds (the gateway revalidated it): the run finishes
     assert get_run(run_id).state == "succeeded"
+
+
+def test_flows_check_finds_runs_that_the_loaded_code_would_refuse(
+    tasks: TaskRecorder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given runs waiting at the step "gate" of approval version 1
+    for amount in (1, 2):
+        enqueue_run("approval", {"env": "prod", "diff": f"d-{amount}"})
+    tasks.drain()
+    approval = registry._flows[("approval", 1)]
+
+    # When version 1 is deployed again with its steps renamed (and no new version)
+    with monkeypatch.context() as renamed:
+        renamed.setattr(approval, "steps", {n: s for n, s in approval.steps.items() if n != "gate"})
+        found = _version("approval", 1)
+    # Then the check names the step its runs are at, which that code lacks
+    assert found.blocked and not found.stranded
+    assert found.problems == (
+        "2 unfinished run(s) are at step 'gate', which version 1 does not have",
+    )
+
+    # When version 2 replaces it, declaring a migration that fails on their state
+    with monkeypatch.context() as deployed:
+        deployed.setattr(
+            registry, "_flows", {k: f for k, f in registry._flows.items() if k[0] != "approval"}
+        )
+        newer = registry.Flow("approval", version=2)
+        newer.step("gate")(lambda ctx: None)
+
+        @newer.migrates_from(1)
+        def _from_v1(state: dict[str, object]) -> dict[str, object]:
+            return {"cents": state["amount"]}
+
+        found = _version("approval", 1)
+    # Then the check runs the migration on a copy of each run's state and says what failed
+    assert found.blocked and found.migrates_to == 2
+    [problem] = found.problems
+    assert problem.startswith("the migration fails for 2 unfinished run(s); the first: ")
+    assert "from version 1 to 2 failed: KeyError: 'amount'" in problem
+    # And nothing about the runs changed
+    assert {get_run(r.id).flow_version for r in list_runs(flow="approval")} == {1}
+
+
+def _version(flow: str, version: int) -> FlowVersion:
+    [found] = [v for v in flow_versions() if (v.flow, v.version) == (flow, version)]
+    return found

@@ -1,7 +1,8 @@
 """``interlude flows``: the flow versions loaded here and the runs each still has.
 
 ``flows check`` is the question to ask before a deployment retires a version: it fails when
-runs exist that no flow loaded here (``INTERLUDE_FLOWS``) can continue.
+runs exist that no flow loaded here (``INTERLUDE_FLOWS``) can continue, or would refuse: runs
+at a step the continuing version lacks, or whose state its migration cannot carry.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ def register(sub: Subparsers, common: Parser) -> None:
         flows,
         "check",
         _check,
-        "fail (exit 1) if runs exist of a version neither loaded nor migrated from here",
+        "fail (exit 1) if unfinished runs exist that the flows loaded here cannot continue",
         common,
     )
 
@@ -43,23 +44,33 @@ def _list(args: argparse.Namespace, out: Output) -> int:
 
 
 def _check(args: argparse.Namespace, out: Output) -> int:
-    from worker.versions import flow_versions, stranded
+    from worker.versions import blocked, flow_versions
 
     versions = flow_versions()
-    blocked = stranded(versions)
+    refused = blocked(versions)
     if out.as_json:
-        out.json({"ok": not blocked, "stranded": [_json(v) for v in blocked]})
-    elif not blocked:
-        out.line(f"ok: every unfinished run can continue here ({len(versions)} flow versions)")
-    for found in blocked:
-        waiting = ", ".join(f"{n} {state}" for state, n in found.runs.items() if n)
-        error(
-            f"flow {found.flow!r} version {found.version} has {found.unfinished} unfinished "
-            f"runs ({waiting}) that no flow loaded here can continue: keep version "
-            f"{found.version} registered or declare @migrates_from({found.version})",
-            FAILURE,
+        out.json(
+            {
+                "ok": not refused,
+                "stranded": [_json(v) for v in refused if v.stranded],
+                "blocked": [_json(v) for v in refused],
+            }
         )
-    return FAILURE if blocked else OK
+    elif not refused:
+        out.line(f"ok: every unfinished run can continue here ({len(versions)} flow versions)")
+    for found in refused:
+        where = f"flow {found.flow!r} version {found.version}"
+        if found.stranded:
+            waiting = ", ".join(f"{n} {state}" for state, n in found.runs.items() if n)
+            error(
+                f"{where} has {found.unfinished} unfinished runs ({waiting}) that no flow "
+                f"loaded here can continue: keep version {found.version} registered or "
+                f"declare @migrates_from({found.version})",
+                FAILURE,
+            )
+        for problem in found.problems:
+            error(f"{where}: {problem}", FAILURE)
+    return FAILURE if refused else OK
 
 
 def _show(out: Output, versions: list[FlowVersion]) -> None:
@@ -80,4 +91,5 @@ def _json(found: FlowVersion) -> dict[str, Any]:
         "status": found.status,
         "runs": found.runs,
         "stranded": found.stranded,
+        "problems": list(found.problems),
     }
