@@ -19,6 +19,7 @@ from models.errors import (
     OperatorRefusedError,
     WaitTimeoutError,
 )
+from models.identity import normal_actor_id
 from worker import arguments, authority, dispatch
 from worker.actors import Credential
 from worker.authority import ActorType
@@ -114,6 +115,9 @@ def find_runs(
     # Checked here, not left to the driver: each backend fails (or matches nothing) differently.
     flow = arguments.optional_text("flow", flow)
     started_by = arguments.optional_text("started_by", started_by)
+    if started_by is not None:
+        # Stored in its normal form (enqueue_run): `Alice` finds alice's runs.
+        started_by = normal_actor_id(started_by)
     started_before = arguments.optional_moment("started_before", started_before)
     limit = arguments.optional_count("limit", limit)
     with transaction(readonly=True) as session:

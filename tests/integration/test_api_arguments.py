@@ -182,3 +182,10 @@ def test_a_bad_argument_is_refused_in_one_line_and_changes_nothing(
     assert named in said, said
     assert _state() == before
     assert len(world.published) == published
+
+
+def test_runs_are_found_by_their_starter_however_the_id_is_typed(tasks: TaskRecorder) -> None:
+    run_id = enqueue("quick", started_by="Alice")
+    assert [r.id for r in find(started_by=" ALICE ")] == [run_id]
+    assert [r.id for r in find(started_by="alice")] == [run_id]
+    assert find(started_by="bob") == []
