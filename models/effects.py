@@ -34,12 +34,19 @@ class LedgerEntry:
     status: str
     receipt: Any
     epoch: int
+    # What the call was made with (``worker.effects``): a key used again must match it.
+    request_hash: str | None = None
 
 
 def load_ledger(session: Scope, run_id: str) -> dict[str, LedgerEntry]:
     rows = session.execute(
         select(
-            Effect.idempotency_key, Effect.name, Effect.status, Effect.receipt, Effect.epoch
+            Effect.idempotency_key,
+            Effect.name,
+            Effect.status,
+            Effect.receipt,
+            Effect.epoch,
+            Effect.request_hash,
         ).where(Effect.run_id == run_id)
     ).all()
     return {r[0]: LedgerEntry(*r) for r in rows}
