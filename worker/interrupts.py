@@ -13,8 +13,11 @@ from models.errors import InterruptNotFoundError, InvalidInputError
 from models.tables import Interrupt
 from worker import arguments
 from worker.flows import Flow
+from worker.safetext import escape_controls
 
 log = logging.getLogger(__name__)
+# How much of a failed notifier's message is logged.
+MAX_NOTIFIER_ERROR = 300
 E = TypeVar("E", InterruptStatus, InterruptKind, ResumeOutcome)
 
 
@@ -23,18 +26,29 @@ def view(row: Interrupt) -> InterruptView:
 
 
 def notify(flow: Flow, interrupt: Interrupt) -> None:
-    """Tell the flow's notifiers about a committed interrupt; their failures are only logged."""
+    """Tell the flow's notifiers about a committed interrupt; their failures are only logged.
+
+    They run here, in the step's, the sweep's or the resume's own process and thread, after
+    the commit: a slow one holds that slot (README, "Notify people")."""
     if not flow.notifiers:
         return
     snapshot = view(interrupt)
     for notifier in flow.notifiers:
         try:
             notifier(snapshot)
-        except Exception:
-            log.exception(
-                "interrupt notifier failed",
+        except Exception as exc:
+            name = getattr(notifier, "__qualname__", type(notifier).__name__)
+            # One line that says which notifier and which interrupt; the traceback only at
+            # debug level (the exception's text is the notifier's own, escaped and cut).
+            log.warning(
+                "interrupt notifier %s failed for interrupt %s: %s: %s",
+                name,
+                interrupt.id,
+                type(exc).__name__,
+                escape_controls(str(exc))[:MAX_NOTIFIER_ERROR],
                 extra={"action": "notify_failed", "run_id": interrupt.run_id},
             )
+            log.debug("notifier %s traceback", name, exc_info=True)
 
 
 def list_interrupts(

@@ -161,6 +161,7 @@ def _execute_step(claimed: Claimed, owner: str, *, may_chain: bool) -> Ended:
         resuming=claimed.resuming,
         lease_seconds=_lease(claimed.step),
     )
+    suspension: InterruptDecl | None = None
     try:
         if run.pause_requested_by and PAUSE_INTERRUPT not in claimed.resolved:
             raise Suspend(_pause_decl(run, flow))
@@ -185,7 +186,9 @@ def _execute_step(claimed: Claimed, owner: str, *, may_chain: bool) -> Ended:
             flow.get_step(next_step)
         ctx.state = _as_json_state(ctx)
     except Suspend as signal:
-        ended = _commit_suspend(claimed, ctx, signal.decl, owner)
+        # Committed below, outside the handler: a notifier's failure there is its own, not
+        # one raised "during handling of" the step's signal.
+        suspension = signal.decl
     except (FencedError, StaleStateError, LeaseMarginError) as exc:
         # (a lease too short to call an effect: the reaper hands the run on once it expires)
         ended = _discard(run.id, exc)
@@ -193,6 +196,8 @@ def _execute_step(claimed: Claimed, owner: str, *, may_chain: bool) -> Ended:
         ended = _commit_failure(claimed, ctx, exc, owner)
     else:
         ended = _commit_advance(claimed, ctx, next_step, owner, chain=may_chain)
+    if suspension is not None:
+        ended = _commit_suspend(claimed, ctx, suspension, owner)
     error = ended.failure.error_class if ended.failure is not None else None
     step_metrics.observe(
         flow.name, claimed.step.name, ended.outcome, time.monotonic() - begun, error

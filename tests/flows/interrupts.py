@@ -336,3 +336,10 @@ def pay_after_approval(ctx: StepContext) -> None:
     ctx.effect("pay", _pay)
     ctx.state["paid"] = True
     return None
+
+
+@priced.notifier
+def failing_notifier(interrupt: InterruptView) -> None:
+    # Fails only for the runs a test marks: one line in the log, the commit untouched.
+    if scratch_redis().get(f"notifier-fails:{interrupt.run_id}"):
+        raise RuntimeError("webhook said 500\nsecond line")

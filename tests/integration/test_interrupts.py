@@ -374,3 +374,25 @@ def test_an_effect_after_a_caught_wait_waits_for_the_answer_then_happens_once(
     assert drain_finished(run_id) == "succeeded"
     assert get_run(run_id).flow_state["paid"] is True
     assert len(scratch_redis().keys(key_prefix + "*")) == 1
+
+
+def test_a_failing_notifier_is_one_line_naming_it_and_the_interrupt(
+    db: str, tasks: TaskRecorder, caplog: pytest.LogCaptureFixture
+) -> None:
+    redis = scratch_redis()
+    redis.set("price:sku-2", "3")
+    run_id = enqueue_run("priced", {"sku": "sku-2"})
+    redis.set(f"notifier-fails:{run_id}", "1")
+    with caplog.at_level("DEBUG", logger="worker.interrupts"):
+        interrupt = drain_pending(run_id)
+    # The run waits, the other notifier was called, and the failure is one warning line
+    assert len(redis.lrange(f"notified:{run_id}", 0, -1)) == 1
+    [warning] = [r for r in caplog.records if r.levelname == "WARNING"]
+    assert warning.getMessage() == (
+        f"interrupt notifier failing_notifier failed for interrupt {interrupt.id}: "
+        "RuntimeError: webhook said 500\\nsecond line"
+    )
+    assert warning.exc_info is None
+    # (its traceback is there at debug level, not chained to the step's signal)
+    [debug] = [r for r in caplog.records if r.levelname == "DEBUG" and r.exc_info]
+    assert debug.exc_info is not None and debug.exc_info[1].__context__ is None
