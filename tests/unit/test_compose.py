@@ -18,7 +18,17 @@ import yaml
 from models.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
-SERVICES = {"redis", "postgres", "migrate", "worker", "beat", "flower", "metrics", "web"}
+SERVICES = {
+    "redis",
+    "postgres",
+    "migrate",
+    "worker",
+    "maintenance",
+    "beat",
+    "flower",
+    "metrics",
+    "web",
+}
 OUR_SERVICES = SERVICES - {"redis", "postgres"}
 # Compose's interpolation: ${VAR}, ${VAR:-default}, ${VAR-default}, ${VAR:?error}, ${VAR?error}.
 REFERENCE = re.compile(r"\$\{(?P<name>\w+)(?:(?P<op>:?[-?])(?P<arg>[^}]*))?\}")
@@ -163,7 +173,7 @@ def test_the_web_inbox_listens_on_its_published_port(compose: dict[str, Any]) ->
 
 def test_the_migration_runs_before_the_processes(compose: dict[str, Any]) -> None:
     services = compose["services"]
-    for name in ("worker", "beat", "flower", "metrics", "web"):
+    for name in ("worker", "maintenance", "beat", "flower", "metrics", "web"):
         condition = services[name]["depends_on"]["migrate"]["condition"]
         assert condition == "service_completed_successfully"
     assert services["migrate"]["depends_on"]["postgres"]["condition"] == "service_healthy"
@@ -261,3 +271,20 @@ def test_metrics_listen_on_this_machine_unless_configured(monkeypatch: pytest.Mo
     assert Settings.model_fields["metrics_host"].default == "127.0.0.1"
     monkeypatch.setenv("INTERLUDE_METRICS_HOST", "0.0.0.0")
     assert Settings().metrics_host == "0.0.0.0"
+
+
+def test_every_queue_has_a_worker_and_the_maintenance_queue_its_own(
+    compose: dict[str, Any],
+) -> None:
+    from beat_schedule import beat_schedule
+    from worker.tasknames import QUEUE_MAINTENANCE, QUEUE_RESUMES, QUEUE_STEPS
+
+    def queues(name: str) -> set[str]:
+        command = command_of(compose["services"][name])
+        return set(command[command.index("-Q") + 1].split(","))
+
+    # Every queue interlude publishes to is consumed; beat's tasks never wait behind steps
+    everything = {QUEUE_STEPS, QUEUE_RESUMES, QUEUE_MAINTENANCE}
+    assert queues("worker") | queues("maintenance") == everything
+    assert queues("maintenance") == {entry["options"]["queue"] for entry in beat_schedule.values()}
+    assert not queues("worker") & queues("maintenance")
