@@ -6,6 +6,7 @@ reads back; a flaw in a declaration is the flow's bug (FlowDefinitionError).
 
 from __future__ import annotations
 
+import numbers
 from datetime import timedelta
 from typing import Any, NotRequired, TypedDict, Unpack
 
@@ -15,6 +16,8 @@ from pydantic import BaseModel, ValidationError
 from models.contracts import InterruptDecl, evidence_hash, json_copy
 from models.enums import ExpiryPolicy, InterruptKind
 from models.errors import FlowDefinitionError
+from models.runs import storable_text, unstorable_where
+from worker.flows import checked_roles
 from worker.schemas import json_schema_of, schema_id_of
 
 # Interrupt names are stable across re-executions; they key the answer at a checkpoint.
@@ -52,10 +55,23 @@ class Suspend(BaseException):
         self.decl = decl
 
 
-def _seconds(value: float | timedelta) -> float:
-    seconds = value.total_seconds() if isinstance(value, timedelta) else float(value)
+# InterruptArgs's keys: those without NotRequired are required (TypedDict cannot tell them
+# apart at run time here, under postponed annotations).
+KNOWN = frozenset(InterruptArgs.__annotations__)
+REQUIRED = frozenset({"kind", "input", "authority", "expires_in"})
+
+
+def _seconds(value: float | timedelta, what: str) -> float:
+    if isinstance(value, timedelta):
+        seconds = value.total_seconds()
+    elif isinstance(value, numbers.Real) and not isinstance(value, bool):
+        seconds = float(value)
+    else:  # "60" or True would be read as 60 or 1 second
+        raise FlowDefinitionError(
+            detail=f"{what} must be seconds (a number or a timedelta), got {value!r}"
+        )
     if not 0 < seconds < float("inf"):
-        raise FlowDefinitionError(detail=f"expires_in must be positive, got {value!r}")
+        raise FlowDefinitionError(detail=f"{what} must be positive, got {value!r}")
     return seconds
 
 
@@ -69,27 +85,44 @@ def declare(name: str, **args: Unpack[InterruptArgs]) -> InterruptDecl:
         raise FlowDefinitionError(
             detail=f"interrupt name {name!r} must be 1 to {MAX_INTERRUPT_NAME} printable characters"
         )
+    missing, unknown = sorted(REQUIRED - args.keys()), sorted(args.keys() - KNOWN)
+    if missing or unknown:
+        # A KeyError at the first attempt would be retried as if transient; a misspelt option
+        # (``expire_in=``) would be ignored.
+        problems = [f"{key}= is missing" for key in missing]
+        problems += [f"{key}= is not an interrupt argument" for key in unknown]
+        raise FlowDefinitionError(detail=f"interrupt {name!r}: {', '.join(problems)}")
     try:
         kind = InterruptKind(args["kind"])
         policy = ExpiryPolicy(args.get("on_expiry", ExpiryPolicy.EXPIRE))
     except ValueError as exc:
         raise FlowDefinitionError(detail=f"interrupt {name!r}: {exc}") from None
-    authority = args["authority"]
     # A bare string is iterable too: "approver" must not become the roles a, e, o, p, r, v.
-    if (
-        isinstance(authority, str)
-        or not authority
-        or not all(isinstance(r, str) and r for r in authority)
-    ):
+    authority = checked_roles(args["authority"])
+    if authority is None:
         raise FlowDefinitionError(detail=f"interrupt {name!r}: authority needs a list of roles")
     scope, evidence = args.get("scope"), args.get("evidence")
     for what, value in (("scope", scope), ("evidence", evidence)):
         try:
-            json_copy(value)
+            stored = json_copy(value)
         except (TypeError, ValueError) as exc:
             raise FlowDefinitionError(
                 detail=f"interrupt {name!r}: {what} is not JSON: {exc}"
             ) from None
+        where = unstorable_where(stored)
+        if where is not None:
+            # PostgreSQL refuses both in JSON (SQLite would keep them): refused alike on either,
+            # as the flow's bug, rather than a commit that fails at every attempt.
+            raise FlowDefinitionError(
+                detail=f"interrupt {name!r}: {what} holds NUL or unpaired surrogate "
+                f"characters{where}"
+            )
+    reason = args.get("reason", "")
+    if not isinstance(reason, str) or not storable_text(reason):
+        raise FlowDefinitionError(
+            detail=f"interrupt {name!r}: reason must be text without NUL or unpaired "
+            f"surrogate characters"
+        )
     try:
         hashed = evidence_hash(evidence)
     except rfc8785.CanonicalizationError as exc:
@@ -98,15 +131,15 @@ def declare(name: str, **args: Unpack[InterruptArgs]) -> InterruptDecl:
         ) from None
     model = args["input"]
     schema_name, schema_version = schema_id_of(model)
-    expires_in = _seconds(args["expires_in"])
+    expires_in = _seconds(args["expires_in"], f"interrupt {name!r}: expires_in")
     return InterruptDecl(
         name=name,
         kind=kind.value,
-        reason=args.get("reason", ""),
+        reason=reason,
         schema_name=schema_name,
         schema_version=schema_version,
         json_schema=json_schema_of(model),
-        roles=list(authority),
+        roles=authority,
         scope=scope,
         evidence=evidence,
         evidence_hash=hashed,
@@ -126,11 +159,28 @@ def _escalation(
     escalate_to = args.get("escalate_to")
     if not escalate_to:
         raise FlowDefinitionError(detail=f"interrupt {name!r}: escalate needs escalate_to")
+    # As for authority: "lead" must not become the roles l, e, a and d.
+    roles = checked_roles(escalate_to)
+    if roles is None:
+        raise FlowDefinitionError(
+            detail=f"interrupt {name!r}: escalate_to needs a list of roles, got {escalate_to!r}"
+        )
     then = args.get("escalation_expires_in")
+    most = args.get("max_escalations", 1)
+    # The expiry sweep compares it with a count: "two" would fail every sweep, and the wait
+    # would never end.
+    if type(most) is not int or most < 0:
+        raise FlowDefinitionError(
+            detail=f"interrupt {name!r}: max_escalations must be a whole number >= 0, got {most!r}"
+        )
     return {
-        "roles": list(escalate_to),
-        "expires_in": _seconds(then) if then is not None else expires_in,
-        "max": args.get("max_escalations", 1),
+        "roles": roles,
+        "expires_in": (
+            _seconds(then, f"interrupt {name!r}: escalation_expires_in")
+            if then is not None
+            else expires_in
+        ),
+        "max": most,
     }
 
 
@@ -152,4 +202,10 @@ def _default_input(
         raise FlowDefinitionError(
             detail=f"interrupt {name!r}: default input is not JSON: {exc}"
         ) from None
+    where = unstorable_where(checked)
+    if where is not None:
+        raise FlowDefinitionError(
+            detail=f"interrupt {name!r}: default input holds NUL or unpaired surrogate "
+            f"characters{where}"
+        )
     return checked

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import importlib
+import inspect
+import math
+import numbers
+import os
 import re
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,7 +23,7 @@ from models.errors import (
     UnknownFlowError,
     UnknownStepError,
 )
-from models.settings import get_settings
+from models.settings import LONGEST_SECONDS, get_settings
 
 # A step takes its ``worker.context.StepContext`` (typed by the step's own annotation: flows
 # sit below the step runtime and do not import it).
@@ -33,6 +37,8 @@ Migration = Callable[[dict[str, Any]], dict[str, Any]]
 DEFAULT_RETRIES = 3
 DEFAULT_BACKOFF = 1.0
 NAME = re.compile(r"^[A-Za-z0-9_.:\-]{1,200}$")
+# The modules whose frames are registration machinery, not the code that defines a flow.
+_MACHINERY = frozenset({__name__, "worker.schemas"})
 
 
 @dataclass(frozen=True)
@@ -67,12 +73,46 @@ class Flow:
     reconcilers: dict[str, Callable[[str], Any]] = field(default_factory=dict)
     migrations: dict[int, Migration] = field(default_factory=dict)
     input_model: type[BaseModel] | None = None
+    # The file whose code defined this flow (see ``defining_file``): one (name, version) is
+    # defined by one file.
+    origin: str = field(default="", init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        if not NAME.match(self.name):
-            raise FlowDefinitionError(detail=f"flow name {self.name!r} is not a valid name")
-        if self.version < 1:
-            raise FlowDefinitionError(detail=f"flow {self.name!r}: version must be >= 1")
+        if not isinstance(self.name, str) or not NAME.match(self.name):
+            raise FlowDefinitionError(
+                detail=f"flow name {self.name!r} is not a valid name (letters, digits, _.:-)"
+            )
+        # bool is an int, and 1.5 or "2" would reach the database's version column.
+        if type(self.version) is not int or self.version < 1:
+            raise FlowDefinitionError(
+                detail=f"flow {self.name!r}: version must be a whole number >= 1, "
+                f"got {self.version!r}"
+            )
+        if self.budget is not None and not _number_at_least(self.budget, 0):
+            raise FlowDefinitionError(
+                detail=f"flow {self.name!r}: budget must be None or a finite number >= 0, "
+                f"got {self.budget!r}"
+            )
+        roles = checked_roles(self.operator_roles)
+        if roles is None:
+            # A bare string is iterable too: "ops" must not become the roles o, p and s.
+            raise FlowDefinitionError(
+                detail=f"flow {self.name!r}: operator_roles needs a non-empty list of role "
+                f"names, got {self.operator_roles!r}"
+            )
+        self.operator_roles = tuple(roles)
+        if self.start is not None and (not isinstance(self.start, str) or not self.start):
+            raise FlowDefinitionError(
+                detail=f"flow {self.name!r}: start must name a step, got {self.start!r}"
+            )
+        if self.input_model is not None and not (
+            isinstance(self.input_model, type) and issubclass(self.input_model, BaseModel)
+        ):
+            raise FlowDefinitionError(
+                detail=f"flow {self.name!r}: input_model must be a pydantic model class, "
+                f"got {self.input_model!r}"
+            )
+        self.origin = defining_file()
         register(self)
 
     def step(
@@ -84,9 +124,18 @@ class Flow:
         lease_seconds: float | None = None,
     ) -> Callable[[StepFn], StepFn]:
         """Register a step. It returns the name of the next step, or None to finish."""
+        if callable(name):
+            # ``@flow.step`` without parentheses would bind the function to ``name`` and leave
+            # the module with no step and a decorator in the function's place.
+            raise FlowDefinitionError(
+                detail=f"flow {self.name!r}: write @flow.step() with parentheses, "
+                f"or @flow.step('name')"
+            )
 
         def decorate(fn: StepFn) -> StepFn:
-            step_name = name or fn.__name__
+            step_name = name if name is not None else getattr(fn, "__name__", None)
+            _check_step(self.name, step_name, fn, retries, backoff, lease_seconds)
+            assert step_name is not None
             if step_name in self.steps:
                 raise FlowDefinitionError(detail=f"flow {self.name!r}: step {step_name!r} twice")
             self.steps[step_name] = StepDef(step_name, fn, retries, backoff, lease_seconds)
@@ -126,6 +175,11 @@ class Flow:
         """
 
         def decorate(fn: Migration) -> Migration:
+            if type(version) is not int:
+                raise FlowDefinitionError(
+                    detail=f"flow {self.name!r} v{self.version}: migrates_from needs a version "
+                    f"number, got {version!r}"
+                )
             if not 1 <= version < self.version:
                 raise FlowDefinitionError(
                     detail=f"flow {self.name!r} v{self.version} cannot migrate from v{version}"
@@ -142,11 +196,25 @@ class Flow:
 
     @property
     def first_step(self) -> str:
+        problem = self.start_problem()
+        if problem is not None:
+            # Refused before a run is created: a run queued on no step would wait forever.
+            raise FlowDefinitionError(detail=problem)
         if self.start is not None:
             return self.start
         if not self.steps:
             raise FlowDefinitionError(detail=f"flow {self.name!r} has no steps")
         return next(iter(self.steps))
+
+    def start_problem(self) -> str | None:
+        """What is wrong with ``start=`` now that the steps are registered (None: nothing)."""
+        if self.start is None or self.start in self.steps:
+            return None
+        steps = ", ".join(self.steps) or "none"
+        return (
+            f"flow {self.name!r} v{self.version} starts at step {self.start!r}, which it does "
+            f"not have (its steps: {steps})"
+        )
 
     def get_step(self, name: str) -> StepDef:
         try:
@@ -155,30 +223,165 @@ class Flow:
             raise UnknownStepError(flow=self.name, step=name) from None
 
 
+def _number_at_least(value: object, least: float, most: float = math.inf) -> bool:
+    # bool is a number to Python, never to a flow's author.
+    return (
+        isinstance(value, numbers.Real)
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and least <= float(value) <= most
+    )
+
+
+def checked_roles(roles: object) -> list[str] | None:
+    """``roles`` as a list if it is a non-empty collection of role names, else None.
+
+    A bare string is refused: it is iterable, and "ops" would grant the roles o, p and s.
+    """
+    if isinstance(roles, str | bytes | bytearray | Mapping) or not isinstance(roles, Collection):
+        return None
+    found = list(roles)
+    if not found or not all(isinstance(role, str) and role.strip() for role in found):
+        return None
+    return found
+
+
+def _check_step(
+    flow: str,
+    name: str | None,
+    fn: object,
+    retries: object,
+    backoff: object,
+    lease_seconds: object,
+) -> None:
+    """FlowDefinitionError unless ``fn`` and its options make a step the runtime can run."""
+    if not callable(fn):
+        raise FlowDefinitionError(detail=f"flow {flow!r}: step {fn!r} is not a function")
+    if not isinstance(name, str) or not NAME.match(name):
+        # A lambda's "<lambda>" too: every lambda would be the same step.
+        raise FlowDefinitionError(
+            detail=f"flow {flow!r}: step name {name!r} is not a valid name (letters, digits, "
+            f"_.:-); name it with @flow.step('name')"
+        )
+    where = f"flow {flow!r}: step {name!r}"
+    if type(retries) is not int or retries < 0:
+        raise FlowDefinitionError(
+            detail=f"{where}: retries must be a whole number >= 0, got {retries!r}"
+        )
+    if not _number_at_least(backoff, 0):
+        raise FlowDefinitionError(
+            detail=f"{where}: backoff must be a finite number of seconds >= 0, got {backoff!r}"
+        )
+    # 0 would silently mean the worker's default; a negative lease expires before the step.
+    if lease_seconds is not None and (
+        lease_seconds == 0 or not _number_at_least(lease_seconds, 0, LONGEST_SECONDS)
+    ):
+        raise FlowDefinitionError(
+            detail=f"{where}: lease_seconds must be None or seconds above 0 and at most "
+            f"{LONGEST_SECONDS}, got {lease_seconds!r}"
+        )
+    # The runtime calls a step and reads the next step's name from what it returns: a
+    # coroutine or a generator would be read as a name, and fail every attempt.
+    if (
+        inspect.iscoroutinefunction(fn)
+        or inspect.isasyncgenfunction(fn)
+        or inspect.isgeneratorfunction(fn)
+    ):
+        raise FlowDefinitionError(
+            detail=f"{where} must be a plain function, not async def or a generator"
+        )
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):  # a callable Python cannot describe: trusted
+        return
+    try:
+        signature.bind(None)
+    except TypeError:
+        raise FlowDefinitionError(
+            detail=f"{where} must take one argument, its StepContext"
+        ) from None
+
+
+def defining_file(skip: frozenset[str] = _MACHINERY) -> str:
+    """The file whose code is defining something now: the module being executed (imported or
+    run) nearest on the stack; else the nearest caller outside ``skip``'s modules.
+
+    The module, not the direct caller: a flow built by a shared helper belongs to the module
+    that calls the helper. The same file run as ``__main__`` and imported by name is one file.
+    """
+    frame = inspect.currentframe()
+    caller: str | None = None
+    try:
+        while frame is not None:
+            # (A module of ``skip`` may define things in its own body: the built-in schemas.)
+            if frame.f_code.co_name == "<module>":
+                return _real(frame.f_code.co_filename)
+            if caller is None and frame.f_globals.get("__name__") not in skip:
+                caller = frame.f_code.co_filename
+            frame = frame.f_back
+    finally:
+        del frame
+    return _real(caller) if caller is not None else "?"
+
+
+def _real(filename: str) -> str:
+    # "<string>", "<stdin>": no file to resolve.
+    return filename if filename.startswith("<") else os.path.realpath(filename)
+
+
 _lock = threading.RLock()
 _flows: dict[tuple[str, int], Flow] = {}
 _loaded: set[str] = set()
+# Whether modules were imported since every registered flow's ``start`` was checked.
+_unchecked = False
 # Counts registrations: what is derived from the registry is derived again when it moved.
 _generation = 0
 
 
 def register(flow: Flow) -> None:
-    # Last registration wins: a module imported twice (as __main__ and by name) re-registers.
+    """Add ``flow`` to the registry; FlowDefinitionError if another file defines it already.
+
+    The same file registering it again replaces it: a module imported twice (as __main__ and by
+    name), or a test module building the same flow for several tests.
+    """
     global _generation
     with _lock:
+        known = _flows.get((flow.name, flow.version))
+        if known is not None and known.origin != flow.origin:
+            # Last one wins would run one team's steps for the other's runs, silently.
+            raise FlowDefinitionError(
+                detail=f"flow {flow.name!r} v{flow.version} is defined in {known.origin} and "
+                f"again in {flow.origin}: give one another name or version"
+            )
         _flows[(flow.name, flow.version)] = flow
         _generation += 1
 
 
 def load_flow_modules() -> None:
-    """Import the modules named in ``INTERLUDE_FLOWS`` (once each)."""
+    """Import the modules named in ``INTERLUDE_FLOWS`` (once each), then check the flows are
+    complete (ConfigurationError)."""
+    global _unchecked
     for module in get_settings().flow_modules():
         if module in _loaded:
             continue
         with _lock:
             if module not in _loaded:
+                _unchecked = True
                 _import_flows(module)
                 _loaded.add(module)
+    if _unchecked:
+        with _lock:
+            _check_flows()
+            _unchecked = False
+
+
+def _check_flows() -> None:
+    # Once every module is imported: a flow's steps may be registered by a module after the
+    # one that built the flow. Until it passes, every load refuses again.
+    for flow in _flows.values():
+        problem = flow.start_problem()
+        if problem is not None:
+            raise ConfigurationError(detail=f"INTERLUDE_FLOWS: {problem}")
 
 
 def registered_versions() -> list[tuple[str, int]]:
@@ -205,10 +408,14 @@ def registry_generation() -> int:
 def _import_flows(module: str) -> None:
     try:
         importlib.import_module(module)
-    except ImportError as exc:
-        # A typo in INTERLUDE_FLOWS, or a module missing on this machine: say which, in a line.
+    except Exception as exc:
+        # A typo in INTERLUDE_FLOWS, a module missing on this machine, a flow refused by its
+        # definition, a setting read at import: say which, in a line. A ConfigurationError is
+        # what stops a worker at start (worker.tasks): anything else Celery's signal would log
+        # and drop, and the worker would fail every step.
         raise ConfigurationError(
-            detail=f"INTERLUDE_FLOWS names {module!r}, which cannot be imported: {exc}"
+            detail=f"INTERLUDE_FLOWS names {module!r}, which cannot be imported: "
+            f"{type(exc).__name__}: {exc}"
         ) from None
 
 

@@ -10,7 +10,9 @@ from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from models.contracts import json_copy
 from models.errors import FlowDefinitionError
+from worker.flows import defining_file
 
 M = TypeVar("M", bound=type[BaseModel])
 SCHEMA_ID = re.compile(r"^([A-Za-z][A-Za-z0-9_\-]*)\.v([0-9]+)$")
@@ -18,6 +20,8 @@ SCHEMA_ID = re.compile(r"^([A-Za-z][A-Za-z0-9_\-]*)\.v([0-9]+)$")
 _lock = threading.Lock()
 _schemas: dict[tuple[str, int], type[BaseModel]] = {}
 _ids: dict[type[BaseModel], tuple[str, int]] = {}
+# Where each registered model was defined: (file, qualified name of the class).
+_origins: dict[type[BaseModel], tuple[str, str]] = {}
 
 
 def parse_schema_id(schema_id: str) -> tuple[str, int]:
@@ -28,13 +32,40 @@ def parse_schema_id(schema_id: str) -> tuple[str, int]:
 
 
 def input_schema(schema_id: str) -> Callable[[M], M]:
-    """Register a pydantic model as the input of interrupts under ``schema_id``."""
+    """Register a pydantic model as the input of interrupts under ``schema_id``.
+
+    FlowDefinitionError if ``model`` is not a pydantic model, has no JSON Schema, or another
+    model (of another file, or another class of the same file) has the id already.
+    """
     name, version = parse_schema_id(schema_id)
 
     def decorate(model: M) -> M:
+        if not (isinstance(model, type) and issubclass(model, BaseModel)):
+            raise FlowDefinitionError(
+                detail=f"@input_schema({schema_id!r}) needs a pydantic model class, got {model!r}"
+            )
+        try:
+            # Now, not at the first interrupt: a step would fail on it at every attempt.
+            json_copy(json_schema_of(model))
+        except Exception as exc:
+            raise FlowDefinitionError(
+                detail=f"@input_schema({schema_id!r}): {model.__qualname__} has no JSON Schema: "
+                f"{type(exc).__name__}: {exc}"
+            ) from None
+        origin = (defining_file(), model.__qualname__)
         with _lock:
+            known = _schemas.get((name, version))
+            if known is not None and _origins.get(known) != origin:
+                # Last one wins would validate pending interrupts' answers against another
+                # model than the one they were asked with.
+                first = _origins.get(known, ("?", known.__qualname__))
+                raise FlowDefinitionError(
+                    detail=f"schema {schema_id!r} is registered on {first[1]} ({first[0]}) and "
+                    f"again on {origin[1]} ({origin[0]}): give one another name or version"
+                )
             _schemas[(name, version)] = model
             _ids[model] = (name, version)
+            _origins[model] = origin
         return model
 
     return decorate
@@ -43,9 +74,10 @@ def input_schema(schema_id: str) -> Callable[[M], M]:
 def schema_id_of(model: type[BaseModel]) -> tuple[str, int]:
     try:
         return _ids[model]
-    except KeyError:
+    except (KeyError, TypeError):  # TypeError: not even hashable, so not a model class
+        name = getattr(model, "__name__", repr(model))
         raise FlowDefinitionError(
-            detail=f"{model.__name__} is not registered with @input_schema('name.vN')"
+            detail=f"{name} is not registered with @input_schema('name.vN')"
         ) from None
 
 
