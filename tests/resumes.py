@@ -103,3 +103,13 @@ def snapshot(run_id: str) -> dict[str, Any]:
 
 def _columns(row: Any) -> dict[str, Any]:
     return {c.key: getattr(row, c.key) for c in row.__table__.columns}
+
+
+def triggers(run_id: str) -> list[str]:
+    """The run's events, oldest first, by trigger."""
+    with transaction(readonly=True) as session:
+        return list(
+            session.execute(
+                select(Event.trigger).where(Event.run_id == run_id).order_by(Event.id)
+            ).scalars()
+        )

@@ -273,18 +273,7 @@ def _checked_name(ctx: EffectScope, name: object) -> str:
             f"an effect of run {ctx.run_id} was given {given}: an effect's name is a non-empty "
             f"str (at most {MAX_NAME} characters)"
         )
-    if not storable_text(name):
-        raise EffectError(
-            run_id=ctx.run_id,
-            name=_shown(name),
-            detail="the name holds NUL or unpaired surrogate characters",
-        )
-    if len(name) > MAX_NAME:
-        raise EffectError(
-            run_id=ctx.run_id,
-            name=_shown(name),
-            detail=f"the name is {len(name)} characters long, more than {MAX_NAME}",
-        )
+    _kept_as_is(ctx, name, "the name", name, MAX_NAME)
     return name
 
 
@@ -311,19 +300,24 @@ def _checked_key(ctx: EffectScope, name: str, key: object) -> str:
             detail=f"key= is {given}: an idempotency key is a non-empty str (at most "
             f"{MAX_KEY} characters), or left out for the default key",
         )
-    if not storable_text(key):
-        raise EffectError(
-            run_id=ctx.run_id,
-            name=_shown(name),
-            detail="the idempotency key holds NUL or unpaired surrogate characters",
-        )
-    if len(key) > MAX_KEY:
-        raise EffectError(
-            run_id=ctx.run_id,
-            name=_shown(name),
-            detail=f"the idempotency key is {len(key)} characters long, more than {MAX_KEY}",
-        )
+    _kept_as_is(ctx, name, "the idempotency key", key, MAX_KEY)
     return key
+
+
+def _kept_as_is(ctx: EffectScope, name: str, what: str, text: str, longest: int) -> None:
+    """EffectError unless the ledger's column keeps ``text`` as it is (storable, short enough)."""
+    if not storable_text(text):
+        raise EffectError(
+            run_id=ctx.run_id,
+            name=_shown(name),
+            detail=f"{what} holds NUL or unpaired surrogate characters",
+        )
+    if len(text) > longest:
+        raise EffectError(
+            run_id=ctx.run_id,
+            name=_shown(name),
+            detail=f"{what} is {len(text)} characters long, more than {longest}",
+        )
 
 
 def _same_request(

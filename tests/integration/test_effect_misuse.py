@@ -12,11 +12,9 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from sqlalchemy import select
 
-from models.db import transaction
-from models.tables import Event
 from tests.flows.effects import calls, outside
+from tests.resumes import triggers
 from worker import (
     ResumeContract,
     add_actor,
@@ -31,15 +29,6 @@ from worker.runs import list_effects
 from worker.testing import TaskRecorder
 
 
-def _triggers(run_id: str) -> list[str]:
-    with transaction(readonly=True) as session:
-        return list(
-            session.execute(
-                select(Event.trigger).where(Event.run_id == run_id).order_by(Event.id)
-            ).scalars()
-        )
-
-
 def _answer(run_id: str, credential: str, actor: str, input: Any) -> None:
     [interrupt] = list_interrupts(run_id=run_id, status="pending")
     contract = ResumeContract.for_interrupt(
@@ -52,7 +41,7 @@ def _failed_for_good(run_id: str) -> str:
     """The run's error, once it failed at its first attempt (no retry: a programming error)."""
     run = get_run(run_id)
     assert run.state == "failed", (run.state, run.error)
-    assert "retry" not in _triggers(run_id)
+    assert "retry" not in triggers(run_id)
     assert run.error is not None and "\n" not in run.error
     return run.error
 

@@ -32,15 +32,6 @@ def _finished(run_id: str) -> bool:
     return _state(run_id) in FINISHED
 
 
-def _triggers(run_id: str) -> list[str]:
-    with transaction(readonly=True) as session:
-        return list(
-            session.execute(
-                select(Event.trigger).where(Event.run_id == run_id).order_by(Event.id)
-            ).scalars()
-        )
-
-
 def _counter(run_id: str, trigger: str) -> int:
     with transaction(readonly=True) as session:
         details = session.execute(

@@ -12,7 +12,8 @@ from sqlalchemy import func, select
 
 from models.db import transaction
 from models.errors import FlowDefinitionError
-from models.tables import Event, Run
+from models.tables import Run
+from tests.resumes import triggers
 from tests.scratch_flows import scratch_registry
 from worker import enqueue_run, get_run
 from worker.flows import Flow, load_flow_modules
@@ -36,15 +37,6 @@ def defining(tasks: TaskRecorder) -> Iterator[TaskRecorder]:
 def _runs() -> int:
     with transaction(readonly=True) as session:
         return int(session.execute(select(func.count()).select_from(Run)).scalar_one())
-
-
-def _triggers(run_id: str) -> list[str]:
-    with transaction(readonly=True) as session:
-        return list(
-            session.execute(
-                select(Event.trigger).where(Event.run_id == run_id).order_by(Event.id)
-            ).scalars()
-        )
 
 
 def test_a_flow_starting_at_a_step_it_lacks_is_refused_before_a_run_exists(
@@ -115,4 +107,4 @@ def test_a_flawed_interrupt_fails_the_run_for_good_at_its_first_attempt(
         run.error
     )
     assert run.pending_interrupts == []
-    assert "retry" not in _triggers(run_id)
+    assert "retry" not in triggers(run_id)
