@@ -7,9 +7,10 @@ strategy leaves queries as they are and prepares each connection for that.
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import time
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
@@ -51,6 +52,21 @@ SQLITE_BUSY_TIMEOUT_MS = 30_000
 # server restart or an idle timeout may have closed it meanwhile). One in steady use is not:
 # a ping on every checkout is a round trip and a server transaction per transaction of ours.
 IDLE_PING_SECONDS = 1.0
+# Connecting to PostgreSQL gives up after this many seconds (libpq's ``connect_timeout``),
+# unless the URL (``?connect_timeout=``) or PGCONNECT_TIMEOUT says otherwise. Without it a
+# server that accepts the connection and never answers (a partition, a wedged host) holds a
+# worker, `interlude stats|sweep|reap` and the metrics exporter for minutes (psycopg's own
+# default is 130 s); 10 s is far above a healthy connect, even across regions.
+CONNECT_TIMEOUT_SECONDS = 10
+# TCP keepalives on PostgreSQL connections (libpq's parameters, each unless the URL gives it):
+# probe after 30 s of silence, every 10 s, and drop the connection after 3 unanswered probes,
+# so a server that vanished is noticed in about a minute rather than the system's two hours.
+KEEPALIVES: dict[str, int] = {
+    "keepalives": 1,
+    "keepalives_idle": 30,
+    "keepalives_interval": 10,
+    "keepalives_count": 3,
+}
 # In ``session.info`` of an autocommit transaction: how many writes it executed (at most one).
 AUTOCOMMIT_WRITES = "interlude_autocommit_writes"
 
@@ -119,7 +135,13 @@ class Dialect:
             url = url.set(drivername="postgresql+psycopg")
         # LIFO: the connection just returned is the next one handed out, so the ones in use
         # stay warm (never pinged) and the rest idle at the bottom of the pool.
-        engine = create_engine(url, pool_size=pool_size, max_overflow=10, pool_use_lifo=True)
+        engine = create_engine(
+            url,
+            pool_size=pool_size,
+            max_overflow=10,
+            pool_use_lifo=True,
+            connect_args=connect_args(url),
+        )
         _ping_when_idle(engine)
         return engine
 
@@ -252,6 +274,16 @@ class Dialect:
         return self.run(
             session, ("one", write.shape), lambda: write.build("s_", None), write.bound("s_")
         )
+
+
+def connect_args(url: URL, environ: Mapping[str, str] = os.environ) -> dict[str, Any]:
+    """libpq parameters for a PostgreSQL engine: a connect timeout and TCP keepalives, each
+    one only where the URL (or, for the timeout, PGCONNECT_TIMEOUT) does not set it."""
+    given = set(url.query)
+    if "PGCONNECT_TIMEOUT" in environ:
+        given.add("connect_timeout")
+    wanted = {"connect_timeout": CONNECT_TIMEOUT_SECONDS, **KEEPALIVES}
+    return {key: value for key, value in wanted.items() if key not in given}
 
 
 def _for_driver(statement: Any, session: Scope) -> Any:

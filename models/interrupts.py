@@ -3,8 +3,9 @@
 An interrupt's status moves only through the compare-and-set of ``transition_write`` (on the
 status the lifecycle in ``statemachine.interrupts`` allows): on its own in ``transition``, or
 riding along the run's move of an accepted resume, with the attempt that made it
-(``models.runs.move_recorded``). "A newer interrupt asks in place of this one" exists once,
-in ``supersede``, for escalations and renewed reviews alike.
+(``models.runs.move_recorded``); or all of a run's pending interrupts at once, by one
+set-based UPDATE on that same status (``close_pending``). "A newer interrupt asks in place of
+this one" exists once, in ``supersede``, for escalations and renewed reviews alike.
 """
 
 from __future__ import annotations
@@ -144,6 +145,27 @@ def supersede(
     session.add(renewed)
     session.flush()
     return renewed
+
+
+def close_pending(session: Session, run_id: str, trigger: str, **values: Any) -> list[str]:
+    """Move every interrupt of ``run_id`` still pending by ``trigger`` (``cancel``), in one
+    set-based UPDATE whose compare-and-set is the status; the ids it moved.
+
+    Whatever the caller read before, this statement looks again: on PostgreSQL (READ
+    COMMITTED) its snapshot is taken when it starts, so it also finds an interrupt committed
+    since (the successor of an escalation or a renewed review), and a row another transaction
+    holds is waited on, then matched again as that transaction left it.
+    """
+    values = {**values, "status": interrupt_destination(trigger, PENDING).value}
+    values.setdefault("resolved_at", utcnow())
+    query = (
+        update(INTERRUPTS)
+        .where(INTERRUPTS.c.run_id == run_id, INTERRUPTS.c.status == PENDING)
+        .values(**values)
+        .returning(INTERRUPTS.c.id)
+    )
+    # (Counted by its rows: SQLite's count of an UPDATE ... RETURNING is not final before.)
+    return list(session.execute(query).scalars().all())
 
 
 def ask_again(session: Session, answered: Interrupt, **changes: Any) -> Interrupt:
@@ -312,6 +334,15 @@ def _claimed_key(actor_id: Any) -> Any:
     """The attempt by which ``actor_id`` claimed key ``by_key`` (one at most: the unique index
     on ``(actor_id, original_key)``)."""
     return (ATTEMPTS.c.actor_id == actor_id) & (ATTEMPTS.c.original_key == bindparam("by_key"))
+
+
+def held_roles(session: Session) -> set[str]:
+    """Every role some active (not revoked) actor holds: who could answer an interrupt.
+
+    Read whole and matched here: roles are a JSON list, queried alike on neither database.
+    """
+    rows = session.execute(select(ACTORS.c.roles).where(ACTORS.c.revoked_at.is_(None)))
+    return {role for (roles,) in rows for role in roles or [] if isinstance(role, str)}
 
 
 def insert_attempt(session: Session, **values: Any) -> int:

@@ -72,6 +72,7 @@ UNBOUND_OUTCOMES = frozenset(
     }
 )
 UNTRUSTED_OUTCOMES = frozenset({ResumeOutcome.MALFORMED, ResumeOutcome.UNAUTHENTICATED})
+RENEWED_REASON = "evidence changed while the run waited; a new review is required"
 # What a contract decides: all of it but the window in which it may be submitted, so that a
 # retry rebuilt with a later expires_at is still the same submission.
 NOT_HASHED = frozenset({"expires_at"})
@@ -89,6 +90,28 @@ class Refusal(Exception):
         super().__init__(reason)
         self.outcome = outcome
         self.reason = reason
+
+
+class _Undecided(Refusal):
+    """A refusal that says nothing of the answer: this process's code cannot check it now (the
+    interrupt's schema is missing or changed here, or the flow's revalidation failed).
+
+    A person's resume is refused as any other; the system's answer waits (``SystemDeferred``).
+    """
+
+
+class SystemDeferred(Exception):
+    """``resume_as_system`` decided nothing and wrote nothing: the code that must check the
+    system's answer is not here as the interrupt needs it. Leave the interrupt pending."""
+
+
+@dataclass(frozen=True)
+class SystemResume:
+    """What ``resume_as_system`` did; ``renewed``: the flow and the interrupt that now asks in
+    place of the old one (a renewed review), for the caller to notify after commit."""
+
+    result: ResumeResult
+    renewed: tuple[Flow, Interrupt] | None = None
 
 
 @dataclass
@@ -221,7 +244,7 @@ def _decide_once(contract: ResumeContract, attempt: _Attempt) -> ResumeResult:
                 session,
                 attempt,
                 ResumeOutcome.RENEWED_REVIEW_REQUIRED,
-                "evidence changed while the run waited; a new review is required",
+                RENEWED_REASON,
                 new_interrupt_id=new_interrupt.id,
             )
     if notify_after is not None:
@@ -335,14 +358,14 @@ def _validate_input(contract: ResumeContract, interrupt: Interrupt) -> BaseModel
     model = lookup(interrupt.schema_name, interrupt.schema_version)
     schema = f"{interrupt.schema_name}.v{interrupt.schema_version}"
     if model is None:
-        raise Refusal(
+        raise _Undecided(
             ResumeOutcome.UNKNOWN_SCHEMA,
             f"input schema {schema} is registered by none of the flows loaded here "
             "(INTERLUDE_FLOWS); nothing changed",
         )
     if json_schema_of(model) != interrupt.json_schema:
         # The model changed under the same version: the responder saw another form.
-        raise Refusal(
+        raise _Undecided(
             ResumeOutcome.INVALID_INPUT,
             f"input schema {schema} changed since the interrupt was raised",
         )
@@ -383,7 +406,7 @@ def _revalidate(
         unchanged = evidence_hash(current, interrupt.evidence_canon) == interrupt.evidence_hash
         current_hash = evidence_hash(current)
     except Exception as exc:
-        raise Refusal(
+        raise _Undecided(
             ResumeOutcome.RENEWED_REVIEW_REQUIRED,
             f"business revalidation failed ({type(exc).__name__}: {exc}); nothing changed",
         ) from None
@@ -686,13 +709,17 @@ def _storable(value: Any) -> Any:
 
 def resume_as_system(
     session: Session, interrupt: Interrupt, *, actor_id: str, input: dict[str, Any], reason: str
-) -> ResumeResult:
-    """Release ``interrupt`` on the system's behalf (the ``default`` expiry policy).
+) -> SystemResume:
+    """Approve ``interrupt`` with ``input`` on the system's behalf (the ``default`` expiry policy).
 
-    It goes through the same binding, input and acceptance steps as a person's resume and is
-    recorded as an attempt; the idempotency key ``<actor>:<interrupt>`` makes a second
-    application impossible. Runs in the caller's transaction; the caller publishes the
-    resume task after commit when the result is accepted.
+    It goes through a person's checks but authentication, deadlines and roles: binding, input,
+    the flow's revalidation (check 8: evidence that changed supersedes the interrupt with a
+    renewed review, as for a person; the caller notifies about it after commit) and acceptance.
+    It is recorded as an attempt (a refusal's reason starts with ``reason``); the idempotency key
+    ``<actor>:<interrupt>`` makes a second application impossible. Fails closed, writing
+    nothing (SystemDeferred), where this process cannot check the answer: the flow's code is not
+    here, the interrupt's schema is unknown or changed here, or the revalidation fails. Runs in
+    the caller's transaction; the caller publishes the resume task after commit when accepted.
     """
     run = run_store.find_run(session, interrupt.run_id)
     contract = ResumeContract(
@@ -724,10 +751,32 @@ def resume_as_system(
             raise Refusal(ResumeOutcome.STALE, f"no run {interrupt.run_id}")
         _check_binding(contract, interrupt, run)
         submitted = _submitted(_validate_input(contract, interrupt))
+        code = _flow_for(run)
+        if code is None:
+            # A person's resume leaves check 8 to the worker; an approval nobody gave waits
+            # instead for a process that can check the evidence before it is given.
+            raise SystemDeferred(
+                f"flow {run.flow_name!r} v{run.flow_version} is not loaded here "
+                "(INTERLUDE_FLOWS), so its revalidation cannot check the evidence"
+            )
+        renewed = _revalidate(session, *code, interrupt, run, submitted)
+        if renewed is not None:
+            result = _insert(
+                session,
+                attempt,
+                ResumeOutcome.RENEWED_REVIEW_REQUIRED,
+                f"{reason}: {RENEWED_REASON}",
+                new_interrupt_id=renewed.id,
+            )
+            return SystemResume(result, renewed=(code[0], renewed))
         # A savepoint here: the sweep goes on with its batch after a lost race.
         with session.begin_nested():
-            return _accept(session, contract, submitted, attempt, interrupt, run)
+            return SystemResume(_accept(session, contract, submitted, attempt, interrupt, run))
+    except _Undecided as undecided:
+        raise SystemDeferred(undecided.reason) from None
     except _LostRace as lost:
-        return _insert(session, attempt, ResumeOutcome.STALE, f"{reason}: {lost}")
+        return SystemResume(_insert(session, attempt, ResumeOutcome.STALE, f"{reason}: {lost}"))
     except Refusal as refusal:
-        return _insert(session, attempt, refusal.outcome, f"{reason}: {refusal.reason}")
+        return SystemResume(
+            _insert(session, attempt, refusal.outcome, f"{reason}: {refusal.reason}")
+        )

@@ -1,13 +1,17 @@
 """Recovering runs whose worker died or whose dispatch was lost; safe in several processes.
 
-Two passes, each one bounded transaction that selects with ``FOR UPDATE SKIP LOCKED`` on
-PostgreSQL (SQLite serialises writers) and changes rows only by compare-and-set, so a second
-reaper running at the same moment finds nothing left to do. Tasks are published after commit.
+Two stages, each in batches: one bounded transaction that selects with ``FOR UPDATE SKIP
+LOCKED`` on PostgreSQL (SQLite serialises writers) and changes rows only by compare-and-set,
+so a second reaper running at the same moment finds nothing left to do. Tasks are published
+after commit.
 """
 
 from __future__ import annotations
 
 import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -28,23 +32,56 @@ ACTOR = "system:reaper"
 REDISPATCH_WAIT_LIMIT = 4
 
 
+@dataclass
+class _Batch:
+    selected: int = 0
+    handled: int = 0
+    # The broker refused a publish: the pass ends, and the next one publishes the rest.
+    refused: bool = False
+
+
 def reap(now: datetime | None = None, batch: int | None = None) -> int:
-    """Requeue runs with expired leases and republish unclaimed ones; returns how many."""
+    """Requeue runs with expired leases and republish unclaimed ones; returns how many.
+
+    Each stage goes on batch after batch (``INTERLUDE_SWEEP_BATCH`` rows, or ``batch``) until
+    one comes back short, as the sweep does. A pass starts no new batch once it has run for
+    one beat interval (``INTERLUDE_REAP_INTERVAL``): beat has sent the next pass by then (its
+    task expires after that interval), and it goes on where this one stopped. Each stage does
+    one batch at least. A publish the broker refuses ends the pass: the runs not published
+    are due again at the next one.
+    """
     settings = get_settings()
-    now = arguments.optional_moment("now", now) or utcnow()
+    given = arguments.optional_moment("now", now)
     # INTERLUDE_SWEEP_BATCH is already in range (models.settings); a batch given here may not be.
     size = settings.sweep_batch if batch is None else arguments.count("reaper batch", batch)
-    handled = _requeue_expired(now, size, settings.max_claims)
-    handled += _redispatch_unclaimed(now, size, settings.redispatch_after)
+    stop_at = time.monotonic() + settings.reap_interval
+    stages: tuple[Callable[[datetime], _Batch], ...] = (
+        lambda at: _requeue_expired(at, size, settings.max_claims),
+        lambda at: _redispatch_unclaimed(at, size, settings.redispatch_after),
+    )
+    handled = 0
+    for stage in stages:
+        while True:
+            # Each batch at its own moment (unless one was given): the dispatch it records is
+            # when its tasks went out, not when a long pass began.
+            result = stage(given or utcnow())
+            handled += result.handled
+            if result.refused:
+                return handled  # the broker is down: the next pass tries again
+            if result.selected < size or time.monotonic() >= stop_at:
+                break
     return handled
 
 
-def _requeue_expired(now: datetime, batch: int, max_claims: int) -> int:
+def _requeue_expired(now: datetime, batch: int, max_claims: int) -> _Batch:
     """Runs whose owner stopped renewing: back to ``queued``, or ``failed`` after too many."""
+    result = _Batch()
     requeued: list[tuple[str, str, str | None]] = []
     failed = 0
     with transaction() as session:
-        for run in store.expired_leases(session, now, batch):
+        expired = store.expired_leases(session, now, batch)
+        result.selected = len(expired)
+        for run in expired:
             lost = run.lost_leases + 1
             detail = {
                 "epoch": run.lease_epoch,
@@ -73,9 +110,15 @@ def _requeue_expired(now: datetime, batch: int, max_claims: int) -> int:
                 detail["owner"],
                 extra={"action": "requeue", "run_id": run.id},
             )
-    for run_id, flow_name, step in requeued:
-        dispatch.publish_step(run_id, flow=flow_name, step=step)
-    return len(requeued) + failed
+    result.handled = len(requeued) + failed
+    unsent = _publish([(run_id, False, flow_name, step) for run_id, flow_name, step in requeued])
+    if unsent:
+        # Queued all the same; the next pass republishes them without waiting for a dispatch
+        # that never went out.
+        result.refused = True
+        with transaction() as session:
+            store.forget_dispatch(session, unsent, at=now)
+    return result
 
 
 def _requeue_or_fail(
@@ -112,10 +155,11 @@ def _requeue_or_fail(
     return False
 
 
-def _redispatch_unclaimed(now: datetime, batch: int, redispatch_after: float) -> int:
+def _redispatch_unclaimed(now: datetime, batch: int, redispatch_after: float) -> _Batch:
     """Runs due to be claimed whose task was published long ago (or lost): publish again."""
     cutoff = now - timedelta(seconds=redispatch_after)
     due: list[tuple[str, bool, str, str | None]] = []
+    result = _Batch()
     with transaction() as session:
         unclaimed = store.unclaimed(
             session,
@@ -124,6 +168,7 @@ def _redispatch_unclaimed(now: datetime, batch: int, redispatch_after: float) ->
             longest_wait=redispatch_after * REDISPATCH_WAIT_LIMIT,
             batch=batch,
         )
+        result.selected = len(unclaimed)
         for run_id, state, version, flow_name, step in unclaimed:
             # The conditional update elects one reaper per stale dispatch.
             if store.mark_redispatched(
@@ -139,16 +184,44 @@ def _redispatch_unclaimed(now: datetime, batch: int, redispatch_after: float) ->
                     at=now,
                 )
                 due.append((run_id, state == RunState.RESUMING.value, flow_name, step))
-    failed = []
-    for run_id, resuming, flow_name, step in due:
+    result.handled = len(due)
+
+    def republished(run_id: str) -> None:
         log.warning(
             "run unclaimed since before %s; republished",
             cutoff.isoformat(),
             extra={"action": "redispatch", "run_id": run_id},
         )
-        if not dispatch.publish_step(run_id, flow=flow_name, step=step, resume=resuming):
-            failed.append(run_id)
-    if failed:
+
+    unsent = _publish(due, republished)
+    if unsent:
+        # A republish the broker refused does not count: due again at the next pass.
+        result.refused = True
         with transaction() as session:
-            store.forget_dispatch(session, failed, at=now)
-    return len(due)
+            store.forget_dispatch(session, unsent, at=now)
+    return result
+
+
+def _publish(
+    tasks: list[tuple[str, bool, str, str | None]],
+    sent: Callable[[str], None] | None = None,
+) -> list[str]:
+    """Publish ``(run, resume, flow, step)`` tasks in order, calling ``sent(run)`` after each
+    one the broker took; the runs not published.
+
+    The first refusal (the broker is down, and each refusal may take a while) ends the
+    publishing: the runs after it are not tried, and are returned with it.
+    """
+    for i, (run_id, resuming, flow_name, step) in enumerate(tasks):
+        if not dispatch.publish_step(run_id, flow=flow_name, step=step, resume=resuming):
+            unsent = [task[0] for task in tasks[i:]]
+            if len(unsent) > 1:
+                log.warning(
+                    "%d more run(s) left for the next reaper pass",
+                    len(unsent) - 1,
+                    extra={"action": "publish_deferred"},
+                )
+            return unsent
+        if sent is not None:
+            sent(run_id)
+    return []

@@ -270,9 +270,31 @@ def _cancel(session: Session, run_id: str, actor: str, reason: str) -> None:
     store.run_destination(EventKind.CANCEL, run.state, run_id)
     # Interrupt rows before the run row, in the order the gateway and the sweep take them:
     # the opposite order deadlocks with a resume or a sweep of the same run.
-    interrupts = interrupt_store.pending_of_run(session, run_id, locked=True)
+    _hold_pending(session, run_id)
     store.move(
         session, run, EventKind.CANCEL, actor=actor, detail={"reason": reason}, error=reason or None
     )
-    for interrupt in interrupts:
-        interrupt_store.transition(session, interrupt, "cancel", resolved_by=actor)
+    # All of them in one statement, whatever the reads above saw.
+    interrupt_store.close_pending(session, run_id, "cancel", resolved_by=actor)
+
+
+def _hold_pending(session: Session, run_id: str) -> None:
+    """Lock every pending interrupt of the run, a successor committed meanwhile included.
+
+    A sweep's escalation and a renewed review in the gateway hold the interrupt they
+    supersede until they commit its pending successor; neither touches the run row. On
+    PostgreSQL (READ COMMITTED) the locked read waits for them, then drops the superseded row,
+    but its snapshot predates the successor: the run would end cancelled beside a live pending
+    interrupt. So look again, without waiting, until every pending interrupt is one this
+    transaction holds. Then nothing in flight can supersede one, and a new interrupt needs a
+    move of the run, which the cancel's compare-and-set rules out. (SQLite serialises the
+    writers: the second read finds what the first did.)
+    """
+    held: set[str] = set()
+    for _ in range(CANCEL_ATTEMPTS):
+        held.update(i.id for i in interrupt_store.pending_of_run(session, run_id, locked=True))
+        if {i.id for i in interrupt_store.pending_of_run(session, run_id)} <= held:
+            return
+    raise StaleStateError(
+        run_id=run_id, expected="its pending interrupts to hold still", found="new ones"
+    )

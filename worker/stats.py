@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import datetime
 from typing import Any
 
@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict
 
 from models import queries
 from models.db import transaction, utcnow
+from models.db_errors import describe
 from models.enums import EventKind, ResumeOutcome, RunState
 from models.settings import get_settings
 
@@ -116,8 +117,9 @@ class StatsCollector:
 
         try:
             stats = collect_stats()
-        except Exception:
-            log.exception("collecting statistics failed", extra={"action": "stats_failed"})
+        except Exception as exc:
+            # One line per scrape: the database may stay down for hours, scraped every 15 s.
+            _log_failure(exc)
             yield GaugeMetricFamily(
                 "interlude_stats_up", "1 when the statistics could be read", value=0
             )
@@ -182,6 +184,20 @@ class StatsCollector:
         yield failed
 
 
+def _log_failure(exc: Exception) -> None:
+    """One WARNING line naming the error's class (the driver's, if any) and what it says."""
+    cause = getattr(exc, "orig", None) or exc
+    lines = str(exc).strip().splitlines()
+    said = describe(exc) or (lines[0] if lines else "no detail")
+    log.warning(
+        "collecting statistics failed: %s: %s",
+        type(cause).__name__,
+        said,
+        extra={"action": "stats_failed"},
+    )
+    log.debug("collecting statistics failed", exc_info=exc, extra={"action": "stats_failed"})
+
+
 def metrics_registry() -> Any:
     """The figures of the whole database, read at every scrape."""
     from prometheus_client import CollectorRegistry
@@ -208,9 +224,16 @@ def start_metrics_server(
     return server, thread
 
 
-def serve_metrics(port: int, address: str | None = None) -> None:
-    """Serve the Prometheus exporter on ``port`` until interrupted (``interlude metrics``)."""
+def serve_metrics(
+    port: int, address: str | None = None, on_ready: Callable[[], None] | None = None
+) -> None:
+    """Serve the Prometheus exporter on ``port`` until interrupted (``interlude metrics``).
+
+    OSError before anything is served (a port in use, a host that does not resolve);
+    ``on_ready`` is called once the socket is bound, to announce it."""
     server, thread = start_metrics_server(port, address)
+    if on_ready is not None:
+        on_ready()
     try:
         thread.join()
     finally:

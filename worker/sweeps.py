@@ -5,7 +5,10 @@ costs what is due, not what is waiting. On PostgreSQL a batch is locked with
 ``FOR UPDATE SKIP LOCKED``: concurrent sweepers take disjoint rows, and the gateway, which locks
 the same row before it accepts a resume, is serialised with them. On SQLite every write
 transaction begins IMMEDIATE, so a batch is read and applied under the single write lock.
-Each interrupt is applied in its own savepoint, so one bad row does not stop its batch.
+Each interrupt is applied in its own savepoint, so one bad row does not stop its batch. A
+``default`` this process cannot check (without the flow's code, with the interrupt's schema
+unknown or changed here, or while the revalidation fails) is deferred: it stays pending past
+its deadline, warned about at every sweep, until a process that can check it sweeps.
 """
 
 from __future__ import annotations
@@ -27,32 +30,60 @@ from models.settings import get_settings
 from models.tables import Interrupt, Run
 from worker import arguments, dispatch
 from worker.flows import get_flow, load_flow_modules
-from worker.gateway import resume_as_system
+from worker.gateway import SystemDeferred, resume_as_system
 from worker.interrupts import notify
-from worker.schemas import lookup
 
 log = logging.getLogger(__name__)
 
 SYSTEM_ACTOR = "system:expiry"
+# Said of an escalation whose roles no active actor holds.
+UNHELD = "no active actor holds any of these roles, so nobody can answer it yet"
 
-# Something to do once the batch has committed (publish a resume, notify about an escalation).
-AfterCommit = Callable[[], None]
+# Something to do once the batch has committed (publish a resume, notify about a new
+# interrupt); returns False when it could not be done here (counted, not retried).
+AfterCommit = Callable[[], bool]
 
 
 class _Deferred(Exception):
     """Control flow: this interrupt cannot be handled by this process now; leave it pending."""
 
 
+class _Resolved(Exception):
+    """Control flow: the interrupt was resolved meanwhile; there is nothing left to do."""
+
+
+@dataclass(frozen=True)
+class SweepReport:
+    """What one sweep did. ``deferred`` and ``failed`` interrupts stay pending past their
+    deadline for a later sweep; ``not_notified``: escalations (handled) whose flow's notifiers
+    this process could not call, because it does not have the flow."""
+
+    handled: int = 0
+    deferred: int = 0
+    failed: int = 0
+    not_notified: int = 0
+
+
 @dataclass
 class _Batch:
     selected: int = 0
     handled: int = 0
+    deferred: int = 0
+    failed: int = 0
     passed_over: list[str] = field(default_factory=list)
     after_commit: list[AfterCommit] = field(default_factory=list)
 
 
 def sweep_expired(now: datetime | None = None, batch: int | None = None) -> int:
     """Apply the expiry policy of every due interrupt; returns how many were handled.
+
+    ``sweep_report`` says also how many were deferred, failed or not notified.
+    """
+    return sweep_report(now, batch).handled
+
+
+def sweep_report(now: datetime | None = None, batch: int | None = None) -> SweepReport:
+    """Apply the expiry policy of every due interrupt; what was done, and what was not.
 
     Batches of ``batch`` rows (``INTERLUDE_SWEEP_BATCH``) are each one transaction; the sweep
     goes on until a batch comes back short. Rows passed over (deferred or failed) are left
@@ -63,16 +94,32 @@ def sweep_expired(now: datetime | None = None, batch: int | None = None) -> int:
     size = get_settings().sweep_batch if batch is None else arguments.count("sweep batch", batch)
     # The default policy validates its input against schemas that the flow modules register.
     load_flow_modules()
-    handled = 0
+    handled = deferred = failed = not_notified = 0
     passed_over: set[str] = set()
     while True:
         result = _sweep_batch(now, size, passed_over)
         for action in result.after_commit:
-            action()
+            if not action():
+                not_notified += 1
         handled += result.handled
+        deferred += result.deferred
+        failed += result.failed
         passed_over.update(result.passed_over)
         if result.selected < size:
-            return handled
+            return SweepReport(handled, deferred, failed, not_notified)
+
+
+class _HeldRoles:
+    """The roles some active actor holds, read once by a batch that escalates, else never."""
+
+    def __init__(self, session: Session) -> None:
+        self._session = session
+        self._roles: set[str] | None = None
+
+    def none_of(self, roles: Collection[str]) -> bool:
+        if self._roles is None:
+            self._roles = store.held_roles(self._session)
+        return not self._roles & set(roles)
 
 
 def _sweep_batch(now: datetime, size: int, exclude: Collection[str]) -> _Batch:
@@ -81,21 +128,30 @@ def _sweep_batch(now: datetime, size: int, exclude: Collection[str]) -> _Batch:
         due = store.due(session, now, size, exclude)
         result.selected = len(due)
         runs = run_store.load_runs(session, {interrupt.run_id for interrupt in due})
+        held = _HeldRoles(session)
         for interrupt in due:
             # Read before anything can expire the row: the log lines below need them.
             interrupt_id, run_id = interrupt.id, interrupt.run_id
             run = runs.get(run_id)
             try:
                 with session.begin_nested():
-                    after = _apply(session, interrupt, run, now)
+                    after = _apply(session, interrupt, run, now, held)
+            except _Resolved:
+                _forget(session, interrupt, run)
+                log.info(
+                    "expiry of interrupt %s skipped: it was resolved meanwhile",
+                    interrupt_id,
+                    extra={"action": "expiry_skipped", "run_id": run_id},
+                )
             except _Deferred as deferred:
                 _forget(session, interrupt, run)
                 log.warning(
-                    "expiry of interrupt %s deferred: %s",
+                    "expiry of interrupt %s deferred, it stays pending past its deadline: %s",
                     interrupt_id,
                     deferred,
                     extra={"action": "expiry_deferred", "run_id": run_id},
                 )
+                result.deferred += 1
                 result.passed_over.append(interrupt_id)
             except Exception:
                 _forget(session, interrupt, run)
@@ -104,6 +160,7 @@ def _sweep_batch(now: datetime, size: int, exclude: Collection[str]) -> _Batch:
                     interrupt_id,
                     extra={"action": "expiry_failed", "run_id": run_id},
                 )
+                result.failed += 1
                 result.passed_over.append(interrupt_id)
             else:
                 result.handled += 1
@@ -121,7 +178,7 @@ def _forget(session: Session, *rows: Interrupt | Run | None) -> None:
 
 
 def _apply(
-    session: Session, interrupt: Interrupt, run: Run | None, now: datetime
+    session: Session, interrupt: Interrupt, run: Run | None, now: datetime, held: _HeldRoles
 ) -> AfterCommit | None:
     """Apply ``interrupt``'s policy; returns what to do after commit, if anything."""
     if run is None or not _waits_on(run, interrupt):
@@ -143,7 +200,7 @@ def _apply(
     if policy is ExpiryPolicy.ESCALATE:
         escalation = interrupt.escalation or {}
         if interrupt.escalation_level < int(escalation.get("max", 0)):
-            return _escalate(session, interrupt, run, escalation, now)
+            return _escalate(session, interrupt, run, escalation, now, held)
         _end(session, interrupt, run, EventKind.EXPIRE, note="escalation limit reached")
         return None
     if policy is ExpiryPolicy.DEFAULT:
@@ -165,7 +222,7 @@ def _waits_on(run: Run, interrupt: Interrupt) -> bool:
 def _close(session: Session, interrupt: Interrupt) -> None:
     """``pending → expired``, conditionally: a row handled meanwhile is not handled twice."""
     if not store.transition(session, interrupt, "expire", resolved_by=SYSTEM_ACTOR):
-        raise _Deferred("it was resolved meanwhile")
+        raise _Resolved
 
 
 def _end(
@@ -198,6 +255,7 @@ def _escalate(
     run: Run,
     escalation: dict[str, Any],
     now: datetime,
+    held: _HeldRoles,
 ) -> AfterCommit:
     """A new pending interrupt for the escalation roles supersedes the old one."""
     renewed = store.supersede(
@@ -209,64 +267,87 @@ def _escalate(
         escalation_level=interrupt.escalation_level + 1,
     )
     if renewed is None:
-        raise _Deferred("it was resolved meanwhile")
+        raise _Resolved
+    detail = {
+        **_detail(interrupt),
+        "new_interrupt_id": renewed.id,
+        "level": renewed.escalation_level,
+        "roles": renewed.roles,
+        "new_deadline": renewed.deadline.isoformat(),
+    }
+    # Not refused: a role may be granted before the new deadline. Until then nobody can answer.
+    if held.none_of(renewed.roles):
+        detail["note"] = UNHELD
+        log.warning(
+            "interrupt %s escalated to roles %s (as interrupt %s): %s",
+            interrupt.id,
+            ", ".join(renewed.roles),
+            renewed.id,
+            UNHELD,
+            extra={"action": "escalate_unheld", "run_id": run.id},
+        )
     run_store.record_event(
-        session,
-        run.id,
-        actor=SYSTEM_ACTOR,
-        kind=EventKind.ESCALATE,
-        detail={
-            **_detail(interrupt),
-            "new_interrupt_id": renewed.id,
-            "level": renewed.escalation_level,
-            "roles": renewed.roles,
-            "new_deadline": renewed.deadline.isoformat(),
-        },
+        session, run.id, actor=SYSTEM_ACTOR, kind=EventKind.ESCALATE, detail=detail
     )
     _log(interrupt, "escalate")
+    return _notifying(run, renewed)
+
+
+def _notifying(run: Run, interrupt: Interrupt) -> AfterCommit:
+    """After commit: the run's flow's notifiers hear about ``interrupt``, if the flow is here."""
     flow_name, flow_version, run_id = run.flow_name, run.flow_version, run.id
 
-    def tell_notifiers() -> None:
+    def tell_notifiers() -> bool:
         try:
             flow = get_flow(flow_name, flow_version, run_id=run_id)
         except InterludeError as exc:
             log.warning(
-                "escalation not notified: %s", exc, extra={"action": "notify", "run_id": run_id}
+                "escalated interrupt %s not notified: %s",
+                interrupt.id,
+                exc,
+                extra={"action": "notify", "run_id": run_id},
             )
-            return
-        notify(flow, renewed)
+            return False
+        notify(flow, interrupt)
+        return True
 
     return tell_notifiers
 
 
 def _default(session: Session, interrupt: Interrupt, run: Run) -> AfterCommit | None:
     """Resume with the declared default input, through the gateway's own acceptance path."""
-    if lookup(interrupt.schema_name, interrupt.schema_version) is None:
-        # Fail closed: without the input model this process cannot validate the default.
-        schema = f"{interrupt.schema_name}.v{interrupt.schema_version}"
-        raise _Deferred(f"input schema {schema} is not known to this process")
-    result = resume_as_system(
-        session,
-        interrupt,
-        actor_id=SYSTEM_ACTOR,
-        input=interrupt.default_input or {},
-        reason="deadline passed",
-    )
-    if not result.accepted:
-        # The refusal is recorded; the wait still has to end, so the run expires.
-        _end(
+    try:
+        done = resume_as_system(
             session,
             interrupt,
-            run,
-            EventKind.EXPIRE,
-            note=f"default input refused ({result.outcome.value}: {result.reason})",
+            actor_id=SYSTEM_ACTOR,
+            input=interrupt.default_input or {},
+            reason="default input refused",
         )
+    except SystemDeferred as deferred:
+        # Fail closed: an approval this process cannot check waits for one that can.
+        raise _Deferred(str(deferred)) from None
+    result = done.result
+    if done.renewed is not None:
+        # The evidence changed: the renewed review waits for people, with its own deadline.
+        _log(interrupt, "review_renewed")
+        flow, renewed = done.renewed
+
+        def tell_notifiers() -> bool:
+            notify(flow, renewed)
+            return True
+
+        return tell_notifiers
+    if not result.accepted:
+        # The refusal is recorded; the wait still has to end, so the run expires.
+        _end(session, interrupt, run, EventKind.EXPIRE, note=result.reason)
         return None
     _log(interrupt, "default")
     run_id, flow_name, step = run.id, run.flow_name, run.next_step
 
-    def publish_resume() -> None:
+    def publish_resume() -> bool:
         dispatch.publish_step(run_id, flow=flow_name, step=step, resume=True)
+        return True
 
     return publish_resume
 

@@ -127,8 +127,18 @@ def _check(args: argparse.Namespace, out: Output) -> int:
 
 
 def _sweep(args: argparse.Namespace, out: Output) -> int:
-    result = _call("worker.sweeps", "sweep_expired", "sweep")
-    _result(out, "handled", result, "expired interrupts handled")
+    report = _call("worker.sweeps", "sweep_report", "sweep")
+    # What was left undone is said only when there is some, next to what was handled.
+    left = {
+        "deferred": (report.deferred, "deferred, still pending (see the warnings)"),
+        "failed": (report.failed, "failed, still pending (see the errors)"),
+        "not_notified": (report.not_notified, "escalations not notified (flow not loaded here)"),
+    }
+    if out.as_json:
+        out.json({"handled": report.handled, **{k: n for k, (n, _) in left.items() if n}})
+        return OK
+    said = [f"{n} {what}" for n, what in left.values() if n]
+    out.line("; ".join([f"{report.handled} expired interrupts handled", *said]))
     return OK
 
 
@@ -154,15 +164,21 @@ def _metrics(args: argparse.Namespace, out: Output) -> int:
 
     serve = _function("worker.stats", "serve_metrics", "metrics")
     host = args.host if args.host is not None else get_settings().metrics_host
-    note(f"serving Prometheus metrics on {host}:{args.port} at /metrics (Ctrl-C stops)")
+    where = f"[{host}]:{args.port}" if ":" in host else f"{host}:{args.port}"
+    # Announced once bound: a host that does not resolve or a port in use is one line naming
+    # both, never "serving" first.
     try:
-        serve(args.port, host)
+        serve(
+            args.port,
+            host,
+            on_ready=lambda: note(
+                f"serving Prometheus metrics on {where} at /metrics (Ctrl-C stops)"
+            ),
+        )
     except KeyboardInterrupt:
         return OK  # Ctrl-C is how a foreground exporter is meant to stop
     except OSError as exc:
-        raise CliError(
-            f"cannot serve on port {args.port}: {exc.strerror or exc}", FAILURE
-        ) from None
+        raise CliError(f"cannot serve on {where}: {exc.strerror or exc}", FAILURE) from None
     return OK
 
 
