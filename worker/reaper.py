@@ -111,13 +111,9 @@ def _requeue_expired(now: datetime, batch: int, max_claims: int) -> _Batch:
                 extra={"action": "requeue", "run_id": run.id},
             )
     result.handled = len(requeued) + failed
-    unsent = _publish([(run_id, False, flow_name, step) for run_id, flow_name, step in requeued])
-    if unsent:
-        # Queued all the same; the next pass republishes them without waiting for a dispatch
-        # that never went out.
-        result.refused = True
-        with transaction() as session:
-            store.forget_dispatch(session, unsent, at=now)
+    # (Queued all the same if refused: the next pass republishes them.)
+    tasks = [(run_id, False, flow_name, step) for run_id, flow_name, step in requeued]
+    result.refused = not _publish(tasks, now)
     return result
 
 
@@ -193,24 +189,22 @@ def _redispatch_unclaimed(now: datetime, batch: int, redispatch_after: float) ->
             extra={"action": "redispatch", "run_id": run_id},
         )
 
-    unsent = _publish(due, republished)
-    if unsent:
-        # A republish the broker refused does not count: due again at the next pass.
-        result.refused = True
-        with transaction() as session:
-            store.forget_dispatch(session, unsent, at=now)
+    # A republish the broker refused does not count: due again at the next pass.
+    result.refused = not _publish(due, now, republished)
     return result
 
 
 def _publish(
     tasks: list[tuple[str, bool, str, str | None]],
+    now: datetime,
     sent: Callable[[str], None] | None = None,
-) -> list[str]:
+) -> bool:
     """Publish ``(run, resume, flow, step)`` tasks in order, calling ``sent(run)`` after each
-    one the broker took; the runs not published.
+    one the broker took; False if the broker refused one.
 
     The first refusal (the broker is down, and each refusal may take a while) ends the
-    publishing: the runs after it are not tried, and are returned with it.
+    publishing: that run and the ones after it, not tried, have their dispatch forgotten, so
+    that the next pass publishes them without waiting for a dispatch that never went out.
     """
     for i, (run_id, resuming, flow_name, step) in enumerate(tasks):
         if not dispatch.publish_step(run_id, flow=flow_name, step=step, resume=resuming):
@@ -221,7 +215,9 @@ def _publish(
                     len(unsent) - 1,
                     extra={"action": "publish_deferred"},
                 )
-            return unsent
+            with transaction() as session:
+                store.forget_dispatch(session, unsent, at=now)
+            return False
         if sent is not None:
             sent(run_id)
-    return []
+    return True

@@ -28,8 +28,7 @@ from models.errors import (
     StaleStateError,
 )
 from models.identity import actor_id_problem, normal_actor_id
-from models.runs import storable_text
-from models.runs import unstorable_where as _unstorable_text
+from models.runs import storable_text, unstorable_where
 from worker import arguments, authority, dispatch
 from worker.actors import Credential
 from worker.authority import ActorType
@@ -47,7 +46,7 @@ def _checked_input(flow_name: str, value: Any) -> Any:
         data = json_copy(value)
     except (TypeError, ValueError) as exc:
         raise InvalidInputError(detail=f"input for flow {flow_name!r} is not JSON: {exc}") from None
-    where = _unstorable_text(data)
+    where = unstorable_where(data)
     if where is not None:
         # PostgreSQL refuses both in JSON (SQLite would keep them): refused alike on either,
         # as the resume gateway refuses them in a contract.

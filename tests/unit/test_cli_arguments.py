@@ -128,11 +128,12 @@ def port_in_use() -> Iterator[int]:
         yield taken.getsockname()[1]
 
 
-def test_serve_on_a_port_in_use_is_one_line_and_a_failure(
-    port_in_use: int, no_database: Path, capsys: pytest.CaptureFixture[str]
+@pytest.mark.parametrize("verb", ["serve", "metrics"])
+def test_serving_on_a_port_in_use_is_one_line_and_a_failure(
+    verb: str, port_in_use: int, no_database: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    # When the port is taken (uvicorn printed four lines and exited 3, "not found")
-    status = main(["serve", "--host", "127.0.0.1", "--port", str(port_in_use)])
+    # When the port is taken (serve: uvicorn printed four lines and exited 3, "not found")
+    status = main([verb, "--host", "127.0.0.1", "--port", str(port_in_use)])
 
     # Then one line names where and why, and the status is failure
     line = _one_error_line(capsys)
@@ -141,10 +142,12 @@ def test_serve_on_a_port_in_use_is_one_line_and_a_failure(
     assert "in use" in line.lower()
 
 
-def test_serve_on_a_host_that_does_not_resolve_is_one_line_and_a_failure(
-    no_database: Path, capsys: pytest.CaptureFixture[str]
+@pytest.mark.parametrize("verb", ["serve", "metrics"])
+def test_serving_on_a_host_that_does_not_resolve_is_one_line_naming_the_host(
+    verb: str, no_database: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    status = main(["serve", "--host", "not-a-host.invalid", "--port", "8000"])
+    # (metrics printed "serving … on 999.1.1.1:9999", then "cannot serve on port 9999")
+    status = main([verb, "--host", "not-a-host.invalid", "--port", "8000"])
     line = _one_error_line(capsys)
     assert status == FAILURE, line
     assert line.startswith("interlude: error: cannot serve on not-a-host.invalid:8000: ")
