@@ -9,7 +9,7 @@ from contextlib import AbstractContextManager, contextmanager
 from datetime import UTC, datetime
 from typing import Any, Literal, TypeVar, overload
 
-from sqlalchemy import Engine
+from sqlalchemy import Engine, Select
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session, sessionmaker
@@ -195,3 +195,27 @@ def _forget_after_fork() -> None:
 
 
 os.register_at_fork(after_in_child=_forget_after_fork)
+
+
+def readable_rows(session: Session, query: Select[Any]) -> tuple[list[Any], dict[str, str]]:
+    """The ORM rows ``query`` selects (of one entity with an ``id``), and the ids of those it
+    could not read, each with why.
+
+    SQLite keeps JSON as text, which a hand edit can break; one such row must not stop a
+    sweep or a reaper pass that meets it among others. Read at once, as usual; only if that
+    fails, the ids again and then one row at a time. (Decoding happens in Python: the
+    transaction is still good after the error.)
+    """
+    try:
+        return list(session.execute(query).scalars()), {}
+    except ValueError:  # json.JSONDecodeError, from a column's result processing
+        pass
+    entity = query.column_descriptions[0]["entity"]
+    rows: list[Any] = []
+    unreadable: dict[str, str] = {}
+    for row_id in session.execute(query.with_only_columns(entity.id)).scalars().all():
+        try:
+            rows.append(session.get(entity, row_id, populate_existing=True))
+        except ValueError as exc:
+            unreadable[row_id] = f"{type(exc).__name__}: {exc}"
+    return rows, unreadable

@@ -10,7 +10,6 @@ this one" exists once, in ``supersede``, for escalations and renewed reviews ali
 
 from __future__ import annotations
 
-from collections.abc import Collection
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -22,7 +21,7 @@ from sqlalchemy.sql.dml import UpdateBase
 
 from models.actors import ACTORS
 from models.contracts import InterruptDecl
-from models.db import dialect, utcnow
+from models.db import dialect, readable_rows, utcnow
 from models.enums import EventKind, InterruptStatus
 from models.runs import RUNS, new_id, storable_id
 from models.statements import Write, insert_row, only_if, row_values
@@ -46,6 +45,7 @@ NOT_INHERITED = frozenset(
         "resolved_by",
         "created_at",
         "resolved_at",
+        "sweep_at",
     }
 )
 
@@ -56,6 +56,7 @@ def new_interrupt(
     """The durable interrupt of a run moving to ``waiting`` (at ``state_version``), and the
     INSERT that writes it with the run's ``suspend`` (see ``interrupt_event``)."""
     now = utcnow()
+    deadline = now + timedelta(seconds=decl.expires_in)
     interrupt = Interrupt(
         **decl.model_dump(exclude={"expires_in"}),
         id=new_id(),
@@ -65,7 +66,8 @@ def new_interrupt(
         checkpoint_id=checkpoint_id,
         state_version=state_version,
         flow_version=run.flow_version,
-        deadline=now + timedelta(seconds=decl.expires_in),
+        deadline=deadline,
+        sweep_at=deadline,
         escalation_level=0,
         created_at=now,
     )
@@ -184,17 +186,16 @@ def ask_again(session: Session, answered: Interrupt, **changes: Any) -> Interrup
 def _successor(old: Interrupt, changes: dict[str, Any]) -> Interrupt:
     now = utcnow()
     columns = {c: getattr(old, c) for c in INTERRUPTS.columns.keys() if c not in NOT_INHERITED}  # noqa: SIM118
-    return Interrupt(
-        **{
-            **columns,
-            "deadline": now + (old.deadline - old.created_at),
-            **changes,
-            "id": new_id(),
-            "status": PENDING,
-            "supersedes": old.id,
-            "created_at": now,
-        }
-    )
+    values = {
+        **columns,
+        "deadline": now + (old.deadline - old.created_at),
+        **changes,
+        "id": new_id(),
+        "status": PENDING,
+        "supersedes": old.id,
+        "created_at": now,
+    }
+    return Interrupt(**values, sweep_at=values["deadline"])
 
 
 def lock_with_run(session: Session, interrupt_id: str) -> tuple[Interrupt, Run] | None:
@@ -248,20 +249,44 @@ def resolved_at(
     return list(session.execute(query).scalars())
 
 
-def due(session: Session, now: datetime, size: int, exclude: Collection[str]) -> list[Interrupt]:
-    """Due pending interrupts, oldest deadline first, read through the (status, deadline) index.
+def due(session: Session, now: datetime, size: int) -> tuple[list[Interrupt], dict[str, str]]:
+    """Pending interrupts the sweep should look at by ``now``, the longest due first, read
+    through the (status, sweep_at) index; and the ids of those that could not be read, each
+    with why (``readable_rows``).
 
     Rows another sweeper (or a resume in the gateway) holds are theirs: skipped, never waited on.
     """
     query = (
         select(Interrupt)
-        .where(Interrupt.status == PENDING, Interrupt.deadline <= now)
-        .order_by(Interrupt.deadline)
+        .where(Interrupt.status == PENDING, Interrupt.sweep_at <= now)
+        .order_by(Interrupt.sweep_at)
         .limit(size)
     )
-    if exclude:
-        query = query.where(Interrupt.id.not_in(list(exclude)))
-    return list(session.execute(dialect(session).lock_or_skip(query)).scalars())
+    return readable_rows(session, dialect(session).lock_or_skip(query))
+
+
+def put_off(session: Session, interrupt_id: str, until: datetime) -> None:
+    """The sweep looks at pending ``interrupt_id`` again at ``until``, not before."""
+    session.execute(
+        update(INTERRUPTS)
+        .where(INTERRUPTS.c.id == interrupt_id, INTERRUPTS.c.status == PENDING)
+        .values(sweep_at=until)
+    )
+
+
+def bring_forward(session: Session, now: datetime) -> int:
+    """Every pending interrupt past its deadline that a sweep put off is due again now; how
+    many."""
+    result = session.execute(
+        update(INTERRUPTS)
+        .where(
+            INTERRUPTS.c.status == PENDING,
+            INTERRUPTS.c.deadline <= now,
+            INTERRUPTS.c.sweep_at > now,
+        )
+        .values(sweep_at=INTERRUPTS.c.deadline)
+    )
+    return int(getattr(result, "rowcount", 0) or 0)
 
 
 def list_rows(

@@ -40,7 +40,7 @@ from sqlalchemy.orm.attributes import set_committed_value
 from sqlalchemy.sql import FromClause
 from sqlalchemy.sql.dml import UpdateBase
 
-from models.db import dialect, utcnow
+from models.db import dialect, readable_rows, utcnow
 from models.dialects import count_write
 from models.enums import EffectStatus, EventKind, InterruptStatus, RunState
 from models.errors import (
@@ -328,11 +328,12 @@ def find_run(session: Session, run_id: str) -> Run | None:
     return session.get(Run, run_id)
 
 
-def load_runs(session: Session, run_ids: Collection[str]) -> dict[str, Run]:
+def load_runs(session: Session, run_ids: Collection[str]) -> tuple[dict[str, Run], dict[str, str]]:
+    """The runs of ``run_ids`` by id, and the ids of those that could not be read, with why."""
     if not run_ids:
-        return {}
-    rows = session.execute(select(Run).where(Run.id.in_(list(run_ids)))).scalars()
-    return {run.id: run for run in rows}
+        return {}, {}
+    rows, unreadable = readable_rows(session, select(Run).where(Run.id.in_(list(run_ids))))
+    return {run.id: run for run in rows}, unreadable
 
 
 @dataclass
@@ -921,15 +922,16 @@ def checkpoint_insert(session: Scope, checkpoint: Checkpoint) -> Write:
 # --- recovery (the reaper) ---------------------------------------------------------------------
 
 
-def expired_leases(session: Session, now: datetime, batch: int) -> list[Run]:
-    """Running runs whose owner stopped renewing, oldest first; rows others hold are skipped."""
+def expired_leases(session: Session, now: datetime, batch: int) -> tuple[list[Run], dict[str, str]]:
+    """Running runs whose owner stopped renewing, oldest first, and the ids of those that could
+    not be read, with why (``readable_rows``); rows others hold are skipped."""
     query = (
         select(Run)
         .where(Run.state == RunState.RUNNING.value, Run.lease_expires_at < now)
         .order_by(Run.lease_expires_at)
         .limit(batch)
     )
-    return list(session.execute(dialect(session).lock_or_skip(query)).scalars())
+    return readable_rows(session, dialect(session).lock_or_skip(query))
 
 
 def unclaimed(

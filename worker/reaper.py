@@ -79,8 +79,15 @@ def _requeue_expired(now: datetime, batch: int, max_claims: int) -> _Batch:
     requeued: list[tuple[str, str, str | None]] = []
     failed = 0
     with transaction() as session:
-        expired = store.expired_leases(session, now, batch)
-        result.selected = len(expired)
+        expired, unreadable = store.expired_leases(session, now, batch)
+        result.selected = len(expired) + len(unreadable)
+        for run_id, why in unreadable.items():
+            # Left as it is, for an operator: a run that cannot be read cannot be run either.
+            log.error(
+                "lease expired but the run cannot be read, left as it is: %s",
+                why,
+                extra={"action": "requeue_unreadable", "run_id": run_id},
+            )
         for run in expired:
             lost = run.lost_leases + 1
             detail = {

@@ -1,19 +1,26 @@
 """Sweeping expired interrupts: due rows in bounded batches, each policy applied exactly once.
 
-Due rows are read through the ``(status, deadline)`` index, oldest deadline first, so a sweep
-costs what is due, not what is waiting. On PostgreSQL a batch is locked with
-``FOR UPDATE SKIP LOCKED``: concurrent sweepers take disjoint rows, and the gateway, which locks
-the same row before it accepts a resume, is serialised with them. On SQLite every write
-transaction begins IMMEDIATE, so a batch is read and applied under the single write lock.
-Each interrupt is applied in its own savepoint, so one bad row does not stop its batch. A
-``default`` this process cannot check (without the flow's code, with the interrupt's schema
-unknown or changed here, or while the revalidation fails) is deferred: it stays pending past
-its deadline, warned about at every sweep, until a process that can check it sweeps.
+Due rows are read through the ``(status, sweep_at)`` index, the longest due first, so a sweep
+costs what is due, not what is waiting. An interrupt's ``sweep_at`` is its deadline, until a
+sweep cannot apply its policy: a ``default`` this process cannot check (without the flow's
+code, with the interrupt's schema unknown or changed here, or while the revalidation fails)
+is deferred, and a row whose policy raised has failed. Either stays pending past its deadline
+and is put off: looked at again after as long as it has been overdue, at least a minute and
+at most an hour, so that rows waiting on a fix are not read and warned about at every sweep.
+``interlude sweep`` brings them all forward first (an operator runs it after the fix).
+
+On PostgreSQL a batch is locked with ``FOR UPDATE SKIP LOCKED``: concurrent sweepers take
+disjoint rows, and the gateway, which locks the same row before it accepts a resume, is
+serialised with them. On SQLite every write transaction begins IMMEDIATE, so a batch is read
+and applied under the single write lock. Each interrupt is applied in its own savepoint, so
+one bad row does not stop its batch; a row that cannot even be read (SQLite keeps JSON as
+text that a hand edit can break) is put off like a failed one.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -39,9 +46,13 @@ SYSTEM_ACTOR = "system:expiry"
 # Said of an escalation whose roles no active actor holds.
 UNHELD = "no active actor holds any of these roles, so nobody can answer it yet"
 
-# Something to do once the batch has committed (publish a resume, notify about a new
-# interrupt); returns False when it could not be done here (counted, not retried).
-AfterCommit = Callable[[], bool]
+# Something to do once the batch has committed: tell notifiers about a new interrupt
+# (returns False when this process cannot: counted, not retried), or publish the resume of a
+# run answered by its default, given as (run, flow, step).
+AfterCommit = Callable[[], bool] | tuple[str, str, str | None]
+# How long a row the sweep could not handle is put off, at least and at most (put_off_until).
+PUT_OFF_AT_LEAST = timedelta(minutes=1)
+PUT_OFF_AT_MOST = timedelta(hours=1)
 
 
 class _Deferred(Exception):
@@ -55,13 +66,16 @@ class _Resolved(Exception):
 @dataclass(frozen=True)
 class SweepReport:
     """What one sweep did. ``deferred`` and ``failed`` interrupts stay pending past their
-    deadline for a later sweep; ``not_notified``: escalations (handled) whose flow's notifiers
-    this process could not call, because it does not have the flow."""
+    deadline, put off for a later sweep; ``not_notified``: escalations (handled) whose flow's
+    notifiers this process could not call, because it does not have the flow;
+    ``not_published``: default resumes (handled) whose task the broker refused, left for the
+    reaper to publish."""
 
     handled: int = 0
     deferred: int = 0
     failed: int = 0
     not_notified: int = 0
+    not_published: int = 0
 
 
 @dataclass
@@ -70,8 +84,15 @@ class _Batch:
     handled: int = 0
     deferred: int = 0
     failed: int = 0
-    passed_over: list[str] = field(default_factory=list)
-    after_commit: list[AfterCommit] = field(default_factory=list)
+    notify: list[Callable[[], bool]] = field(default_factory=list)
+    # (run, flow, step) of the default resumes to publish.
+    publish: list[tuple[str, str, str | None]] = field(default_factory=list)
+
+
+def put_off_until(deadline: datetime, now: datetime) -> datetime:
+    """When a sweep looks again at an interrupt it could not handle at ``now``: after as long
+    as it has been overdue, at least PUT_OFF_AT_LEAST and at most PUT_OFF_AT_MOST."""
+    return now + min(max(now - deadline, PUT_OFF_AT_LEAST), PUT_OFF_AT_MOST)
 
 
 def sweep_expired(now: datetime | None = None, batch: int | None = None) -> int:
@@ -82,31 +103,58 @@ def sweep_expired(now: datetime | None = None, batch: int | None = None) -> int:
     return sweep_report(now, batch).handled
 
 
-def sweep_report(now: datetime | None = None, batch: int | None = None) -> SweepReport:
+def sweep_report(
+    now: datetime | None = None, batch: int | None = None, *, bring_forward: bool = False
+) -> SweepReport:
     """Apply the expiry policy of every due interrupt; what was done, and what was not.
 
     Batches of ``batch`` rows (``INTERLUDE_SWEEP_BATCH``) are each one transaction; the sweep
-    goes on until a batch comes back short. Rows passed over (deferred or failed) are left
-    pending for the next sweep and not selected again by this one.
+    goes on until a batch comes back short, but starts no new batch once it has run for one
+    beat interval (``INTERLUDE_SWEEP_INTERVAL``): beat has sent the next sweep by then. Rows
+    it could not handle are put off (``put_off_until``); ``bring_forward`` makes every one
+    put off before due now, as ``interlude sweep`` does.
     """
     now = arguments.optional_moment("now", now) or utcnow()
+    bring_forward = arguments.flag("bring_forward", bring_forward)
+    settings = get_settings()
     # INTERLUDE_SWEEP_BATCH is already in range (models.settings); a batch given here may not be.
-    size = get_settings().sweep_batch if batch is None else arguments.count("sweep batch", batch)
+    size = settings.sweep_batch if batch is None else arguments.count("sweep batch", batch)
     # The default policy validates its input against schemas that the flow modules register.
     load_flow_modules()
-    handled = deferred = failed = not_notified = 0
-    passed_over: set[str] = set()
+    if bring_forward:
+        with transaction() as session:
+            store.bring_forward(session, now)
+    stop_at = time.monotonic() + settings.sweep_interval
+    handled = deferred = failed = not_notified = not_published = 0
     while True:
-        result = _sweep_batch(now, size, passed_over)
-        for action in result.after_commit:
-            if not action():
-                not_notified += 1
+        result = _sweep_batch(now, size)
+        not_published += _publish(result.publish)
+        not_notified += sum(1 for tell in result.notify if not tell())
         handled += result.handled
         deferred += result.deferred
         failed += result.failed
-        passed_over.update(result.passed_over)
-        if result.selected < size:
-            return SweepReport(handled, deferred, failed, not_notified)
+        if result.selected < size or time.monotonic() >= stop_at:
+            return SweepReport(handled, deferred, failed, not_notified, not_published)
+
+
+def _publish(resumes: list[tuple[str, str, str | None]]) -> int:
+    """Publish the resumes of a batch's default answers; how many the broker refused.
+
+    The first refusal ends the publishing (the broker is down, and each refusal may take a
+    while): that run and those after it are resuming, unclaimed, and the reaper publishes
+    them again once their dispatch is old enough.
+    """
+    for i, (run_id, flow_name, step) in enumerate(resumes):
+        if not dispatch.publish_step(run_id, flow=flow_name, step=step, resume=True):
+            left = len(resumes) - i
+            if left > 1:
+                log.warning(
+                    "%d more resume(s) left for the reaper to publish",
+                    left - 1,
+                    extra={"action": "publish_deferred"},
+                )
+            return left
+    return 0
 
 
 class _HeldRoles:
@@ -122,20 +170,41 @@ class _HeldRoles:
         return not self._roles & set(roles)
 
 
-def _sweep_batch(now: datetime, size: int, exclude: Collection[str]) -> _Batch:
+def _sweep_batch(now: datetime, size: int) -> _Batch:
     result = _Batch()
     with transaction() as session:
-        due = store.due(session, now, size, exclude)
-        result.selected = len(due)
-        runs = run_store.load_runs(session, {interrupt.run_id for interrupt in due})
+        due, unreadable = store.due(session, now, size)
+        result.selected = len(due) + len(unreadable)
+        for interrupt_id, why in unreadable.items():
+            log.error(
+                "expiry of interrupt %s failed, it cannot be read; put off: %s",
+                interrupt_id,
+                why,
+                extra={"action": "expiry_failed"},
+            )
+            store.put_off(session, interrupt_id, now + PUT_OFF_AT_MOST)
+            result.failed += 1
+        runs, unreadable_runs = run_store.load_runs(
+            session, {interrupt.run_id for interrupt in due}
+        )
         held = _HeldRoles(session)
         for interrupt in due:
             # Read before anything can expire the row: the log lines below need them.
-            interrupt_id, run_id = interrupt.id, interrupt.run_id
+            interrupt_id, run_id, deadline = interrupt.id, interrupt.run_id, interrupt.deadline
             run = runs.get(run_id)
+            if run_id in unreadable_runs:
+                log.error(
+                    "expiry of interrupt %s failed, its run cannot be read; put off: %s",
+                    interrupt_id,
+                    unreadable_runs[run_id],
+                    extra={"action": "expiry_failed", "run_id": run_id},
+                )
+                store.put_off(session, interrupt_id, now + PUT_OFF_AT_MOST)
+                result.failed += 1
+                continue
             try:
                 with session.begin_nested():
-                    after = _apply(session, interrupt, run, now, held)
+                    done = _apply(session, interrupt, run, now, held)
             except _Resolved:
                 _forget(session, interrupt, run)
                 log.info(
@@ -145,27 +214,34 @@ def _sweep_batch(now: datetime, size: int, exclude: Collection[str]) -> _Batch:
                 )
             except _Deferred as deferred:
                 _forget(session, interrupt, run)
+                later = put_off_until(deadline, now)
+                store.put_off(session, interrupt_id, later)
                 log.warning(
-                    "expiry of interrupt %s deferred, it stays pending past its deadline: %s",
+                    "expiry of interrupt %s deferred, it stays pending past its deadline "
+                    "(looked at again at %s): %s",
                     interrupt_id,
+                    later.isoformat(timespec="seconds"),
                     deferred,
                     extra={"action": "expiry_deferred", "run_id": run_id},
                 )
                 result.deferred += 1
-                result.passed_over.append(interrupt_id)
             except Exception:
                 _forget(session, interrupt, run)
+                later = put_off_until(deadline, now)
+                store.put_off(session, interrupt_id, later)
                 log.exception(
-                    "expiry of interrupt %s failed; it stays pending",
+                    "expiry of interrupt %s failed; it stays pending (looked at again at %s)",
                     interrupt_id,
+                    later.isoformat(timespec="seconds"),
                     extra={"action": "expiry_failed", "run_id": run_id},
                 )
                 result.failed += 1
-                result.passed_over.append(interrupt_id)
             else:
                 result.handled += 1
-                if after is not None:
-                    result.after_commit.append(after)
+                if isinstance(done, tuple):
+                    result.publish.append(done)
+                elif done is not None:
+                    result.notify.append(done)
     return result
 
 
@@ -343,13 +419,7 @@ def _default(session: Session, interrupt: Interrupt, run: Run) -> AfterCommit | 
         _end(session, interrupt, run, EventKind.EXPIRE, note=result.reason)
         return None
     _log(interrupt, "default")
-    run_id, flow_name, step = run.id, run.flow_name, run.next_step
-
-    def publish_resume() -> bool:
-        dispatch.publish_step(run_id, flow=flow_name, step=step, resume=True)
-        return True
-
-    return publish_resume
+    return (run.id, run.flow_name, run.next_step)
 
 
 def _detail(interrupt: Interrupt) -> dict[str, Any]:

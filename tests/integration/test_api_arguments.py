@@ -86,6 +86,9 @@ BAD_CALLS = [
     case("sweep-now-str", lambda: sweeps.sweep_expired(now="2020-01-01"), "now"),
     case("sweep-now-naive", lambda: sweeps.sweep_expired(now=NAIVE), "now"),
     case("sweep-now-int", lambda: sweeps.sweep_expired(now=5), "now"),
+    case(
+        "sweep-bring-forward-none", lambda: sweeps.sweep_report(bring_forward=None), "bring_forward"
+    ),
     case("reap-batch-str", lambda: reaper.reap(batch="5"), "reaper batch"),
     case("reap-batch-true", lambda: reaper.reap(batch=True), "reaper batch"),
     case("reap-batch-huge", lambda: reaper.reap(batch=HUGE), "reaper batch"),

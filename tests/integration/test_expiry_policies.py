@@ -59,8 +59,8 @@ def _waiting(flow: str, **run_input: Any) -> tuple[str, InterruptView]:
     return run_id, interrupt
 
 
-def _sweep(hours: float = 1) -> SweepReport:
-    return sweep_report(now=utcnow() + timedelta(hours=hours))
+def _sweep(hours: float = 1, *, bring_forward: bool = False) -> SweepReport:
+    return sweep_report(now=utcnow() + timedelta(hours=hours), bring_forward=bring_forward)
 
 
 def _set(table: Any, row_id: str, **values: Any) -> None:
@@ -149,9 +149,14 @@ def test_default_waits_for_a_process_that_has_the_flow(
     assert list_resume_attempts(interrupt_id=interrupt.id) == []
     assert _system_events(run_id) == []
     assert tasks.pending == []
-    # And a process that has the flow applies the default, once, under the system's key
+    # And it is put off: the next sweeps do not read it again and again
+    caplog.clear()
+    assert _sweep(hours=1.5) == SweepReport()
+    assert _deferrals(caplog, interrupt.id) == []
+    # And once a process has the flow, an operator's sweep brings it forward: the default
+    # applies, once, under the system's key
     _set(Run, run_id, flow_version=1)
-    assert _sweep() == SweepReport(handled=1)
+    assert _sweep(bring_forward=True) == SweepReport(handled=1)
     drain()
     assert get_run(run_id).state == "succeeded"
     (attempt,) = list_resume_attempts(interrupt_id=interrupt.id)
@@ -172,9 +177,11 @@ def test_default_waits_while_the_revalidation_fails(
     assert get_interrupt(interrupt.id).status == "pending"
     assert get_run(run_id).state == "waiting"
     assert list_resume_attempts(interrupt_id=interrupt.id) == []
-    # And once the source is back, the default applies
+    # And once the source is back, the first sweep after the row was put off (an hour: as
+    # long as it had been overdue) applies the default
     outside.delete(broken_key(run_id))
-    assert _sweep() == SweepReport(handled=1)
+    assert _sweep(hours=1.9) == SweepReport()
+    assert _sweep(hours=2.1) == SweepReport(handled=1)
     drain()
     assert get_run(run_id).state == "succeeded"
 
@@ -186,15 +193,19 @@ def test_default_waits_when_the_schema_changed_under_its_version(
     run_id, interrupt = _waiting("defaulting")
     _set(Interrupt, interrupt.id, json_schema={"title": "the form as it was"})
     caplog.set_level(logging.INFO, logger="worker")
-    # When two sweeps find it past its deadline
-    for _ in range(2):
+    # When sweeps find it past its deadline, one hour, then three hours after it was due
+    for hours, again in ((1, 2), (3, 4)):
         caplog.clear()
-        assert _sweep() == SweepReport(deferred=1)
-        # Then each warns once, saying why, and the run keeps waiting past its deadline
+        assert _sweep(hours) == SweepReport(deferred=1)
+        # Then each warns once, saying why and when it looks again (after as long as the
+        # row has been overdue), and the run keeps waiting past its deadline
         (warning,) = _deferrals(caplog, interrupt.id)
         assert "input schema expiry_policies_choice.v1 changed since the interrupt" in warning
         assert "deadline passed:" not in warning
         assert not [r for r in caplog.records if r.levelno > logging.WARNING]
+        with transaction() as session:
+            sweep_at = session.get_one(Interrupt, interrupt.id).sweep_at
+        assert abs(sweep_at - (utcnow() + timedelta(hours=again))) < timedelta(minutes=2)
     assert get_interrupt(interrupt.id).status == "pending"
     assert get_run(run_id).state == "waiting"
     assert list_resume_attempts(interrupt_id=interrupt.id) == []

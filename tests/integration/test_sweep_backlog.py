@@ -1,0 +1,174 @@
+"""A sweep works through what is due within one beat interval; what it cannot handle (a default
+it cannot check, a row it cannot read) is put off instead of read again at every sweep; a
+broker that refuses a default's resume is not asked again for every other one."""
+
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from sqlalchemy import select, text
+
+from models.db import transaction, utcnow
+from models.tables import Interrupt, Run
+from tests.integration.test_reaper_backlog import Clock
+from worker import dispatch, enqueue_run, get_run, sweeps
+from worker.reaper import reap
+from worker.sweeps import SweepReport, sweep_report
+from worker.testing import TaskRecorder, drain
+
+BATCH = 3
+
+
+def _waiting(count: int, **run_input: Any) -> list[str]:
+    """Runs of the ``expiring`` flow waiting on their interrupt, due an hour from now."""
+    runs = [enqueue_run("expiring", dict(run_input)) for _ in range(count)]
+    drain()
+    assert {get_run(run_id).state for run_id in runs} == {"waiting"}
+    return runs
+
+
+def _later(hours: float = 2) -> Any:
+    return utcnow() + timedelta(hours=hours)
+
+
+def _sweep_at(run_id: str) -> Any:
+    with transaction(readonly=True) as session:
+        return session.execute(
+            select(Interrupt.sweep_at).where(Interrupt.run_id == run_id)
+        ).scalar_one()
+
+
+def test_a_sweep_starts_no_batch_after_one_beat_interval(
+    tasks: TaskRecorder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given three batches due, and a clock past the beat interval once two are done
+    runs = _waiting(2 * BATCH + 1)
+    monkeypatch.setattr(sweeps, "time", SimpleNamespace(monotonic=Clock(0.0, 0.0).monotonic))
+    # When a sweep runs, it stops there; the next one handles the rest
+    assert sweep_report(now=_later(), batch=BATCH) == SweepReport(handled=2 * BATCH)
+    monkeypatch.undo()
+    assert sweep_report(now=_later(), batch=BATCH) == SweepReport(handled=1)
+    assert {get_run(run_id).state for run_id in runs} == {"expired"}
+
+
+def test_a_deferred_row_is_put_off_not_read_at_every_sweep(
+    tasks: TaskRecorder, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Given a default this process cannot check (its run's flow version is not loaded here),
+    # due before a batch of others
+    (stuck,) = _waiting(1, policy="default")
+    with transaction() as session:
+        session.execute(text("UPDATE runs SET flow_version = 99 WHERE id = :id"), {"id": stuck})
+    others = _waiting(BATCH)
+    caplog.set_level(logging.WARNING, logger="worker")
+    # When sweeps run two hours and nearly three hours from now (an hour and nearly two past
+    # the deadline)
+    first = sweep_report(now=_later(2), batch=BATCH)
+    second = sweep_report(now=_later(2.9), batch=BATCH)
+    # Then the first defers it, and handles the others (one batch more, not one row short)
+    assert first == SweepReport(handled=BATCH, deferred=1)
+    assert {get_run(run_id).state for run_id in others} == {"expired"}
+    # And puts it off by as long as it had been overdue (an hour), so the second does not read
+    # it nor warn again
+    assert abs(_sweep_at(stuck) - _later(3)) < timedelta(minutes=2)
+    assert second == SweepReport()
+    deferrals = [r for r in caplog.records if "deferred" in r.getMessage()]
+    assert len(deferrals) == 1
+    assert "looked at again at" in deferrals[0].getMessage()
+    # And an operator's sweep (bring_forward) looks at it now
+    assert sweep_report(now=_later(3), bring_forward=True) == SweepReport(deferred=1)
+    assert get_run(stuck).state == "waiting"
+
+
+def test_a_refused_resume_ends_the_publishing_and_the_reaper_sends_them(
+    tasks: TaskRecorder, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Given runs answered by their default while the broker is down
+    runs = _waiting(4, policy="default")
+    refused: list[str] = []
+
+    def broker_down(*args: Any, **_: Any) -> None:
+        refused.append(args[1])
+        raise ConnectionError("broker down")
+
+    previous = dispatch.set_publisher(broker_down)
+    caplog.set_level(logging.WARNING, logger="worker")
+    try:
+        report = sweep_report(now=_later())
+    finally:
+        dispatch.set_publisher(previous)
+    # Then every default was applied, the broker was asked once, and the sweep says so
+    assert report == SweepReport(handled=4, not_published=4)
+    assert len(refused) == 1
+    assert "3 more resume(s) left for the reaper to publish" in [
+        r.getMessage() for r in caplog.records
+    ]
+    assert {get_run(run_id).state for run_id in runs} == {"resuming"}
+    # And the reaper publishes them once their dispatch is old enough; the runs finish
+    assert reap(now=_later(3)) == 4
+    drain()
+    assert {get_run(run_id).state for run_id in runs} == {"succeeded"}
+
+
+@pytest.fixture()
+def sqlite_only(backend: str) -> None:
+    if backend != "sqlite":
+        pytest.skip("only SQLite stores JSON as text that can be broken")
+
+
+def _break(table: str, column: str, row_id: str) -> None:
+    with transaction() as session:
+        session.execute(
+            text(f"UPDATE {table} SET {column} = '{{bad' WHERE id = :id"), {"id": row_id}
+        )
+
+
+def test_rows_that_cannot_be_read_do_not_stop_the_sweep(
+    sqlite_only: None, tasks: TaskRecorder, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Given due interrupts, one with broken evidence and one whose run has broken input
+    broken_interrupt, broken_run, *fine = _waiting(4)
+    with transaction(readonly=True) as session:
+        interrupt_id = session.execute(
+            select(Interrupt.id).where(Interrupt.run_id == broken_interrupt)
+        ).scalar_one()
+    _break("interrupts", "evidence", interrupt_id)
+    _break("runs", "input", broken_run)
+    caplog.set_level(logging.ERROR, logger="worker")
+    # When the sweep runs, the others are handled and the two are counted failed, logged,
+    # and put off
+    assert sweep_report(now=_later()) == SweepReport(handled=2, failed=2)
+    assert {get_run(run_id).state for run_id in fine} == {"expired"}
+    errors = [r.getMessage() for r in caplog.records]
+    assert any(interrupt_id in m and "cannot be read" in m for m in errors), errors
+    assert any("its run cannot be read" in m for m in errors), errors
+    assert sweep_report(now=_later()) == SweepReport()
+
+
+def test_a_run_that_cannot_be_read_does_not_stop_the_reaper(
+    sqlite_only: None, tasks: TaskRecorder, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Given two runs whose worker died holding their lease, one with broken input
+    runs = [enqueue_run("quick", {}) for _ in range(2)]
+    with transaction() as session:
+        session.execute(
+            text(
+                "UPDATE runs SET state = 'running', lease_owner = 'dead', lease_epoch = 1, "
+                "lease_expires_at = :past WHERE id IN (:a, :b)"
+            ),
+            {"past": utcnow() - timedelta(minutes=5), "a": runs[0], "b": runs[1]},
+        )
+    _break("runs", "input", runs[0])
+    caplog.set_level(logging.ERROR, logger="worker")
+    # When the reaper passes, the readable one is requeued and the other is logged
+    assert reap() == 1
+    with transaction(readonly=True) as session:
+        assert session.get_one(Run, runs[1]).state == "queued"
+    assert any(
+        getattr(r, "run_id", None) == runs[0] and "cannot be read" in r.getMessage()
+        for r in caplog.records
+    )
