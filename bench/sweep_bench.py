@@ -41,21 +41,22 @@ FROM generate_series(1, :count) AS g
 INTERRUPTS_SQL = """
 INSERT INTO interrupts (id, run_id, name, kind, status, reason, step, checkpoint_id,
     state_version, flow_version, schema_name, schema_version, json_schema, roles, scope,
-    evidence, evidence_hash, separate_from_starter, deadline, sweep_at, on_expiry,
-    escalation_level, created_at)
+    evidence, evidence_hash, separate_from_starter, deadline, on_expiry, escalation_level,
+    created_at)
 SELECT 'i' || :prefix || lpad(g::text, 24, '0'), :prefix || lpad(g::text, 24, '0'),
     'choose', 'approval', 'pending', 'pick an option', 'decide', md5(g::text), 2, 1,
     'bench_choice', 1, '{"type": "object"}'::jsonb, '["approver"]'::jsonb,
     '{"ticket": "T-1"}'::jsonb, '{"offer": "standard"}'::jsonb, 'sha256:' || md5(g::text),
-    false, now() + make_interval(secs => :offset), now() + make_interval(secs => :offset),
-    (ARRAY['expire', 'cancel'])[1 + g % 2], 0, now() - interval '1 hour'
+    false, now() + make_interval(secs => :offset), (ARRAY['expire', 'cancel'])[1 + g % 2], 0,
+    now() - interval '1 hour'
 FROM generate_series(1, :count) AS g
 """
 
 # The sweep's own selection of one batch, for its plan and its execution time alone.
 DUE_QUERY = """
-SELECT * FROM interrupts WHERE status = 'pending' AND sweep_at <= now()
-ORDER BY sweep_at LIMIT 200 FOR UPDATE SKIP LOCKED
+SELECT * FROM interrupts WHERE status = 'pending' AND deadline <= now()
+AND (put_off_until IS NULL OR put_off_until <= now())
+ORDER BY deadline LIMIT 200 FOR UPDATE SKIP LOCKED
 """
 
 

@@ -7,9 +7,8 @@ runs whose interrupts are an hour past their deadline with the ``default`` polic
 this process does not have: the sweep cannot check their default, so it defers every one of
 them. A first sweep meets them all. Then each repeat inserts ``--due`` fresh interrupts with the
 ``expire`` policy, due now, and times the sweep that handles them: what the stuck ones cost
-every sweep after the first. The admin connection comes from ``INTERLUDE_BENCH_PG``. It also
-runs on a checkout from before interrupts had ``sweep_at`` (the column is filled only where
-it exists).
+every sweep after the first. The admin connection comes from ``INTERLUDE_BENCH_PG``. It runs
+as well on a checkout from before rows were put off (to compare).
 """
 
 from __future__ import annotations
@@ -33,31 +32,21 @@ INTERRUPTS_SQL = """
 INSERT INTO interrupts (id, run_id, name, kind, status, reason, step, checkpoint_id,
     state_version, flow_version, schema_name, schema_version, json_schema, roles, scope,
     evidence, evidence_hash, separate_from_starter, deadline, on_expiry, default_input,
-    escalation_level, created_at{sweep_at})
+    escalation_level, created_at)
 SELECT 'i' || :prefix || lpad(g::text, 24, '0'), :prefix || lpad(g::text, 24, '0'),
     'choose', 'approval', 'pending', 'pick an option', 'decide', md5(g::text), 2, 1,
-    'bench_choice', 1, '{{"type": "object"}}'::jsonb, '["approver"]'::jsonb,
-    '{{"ticket": "T-1"}}'::jsonb, '{{"offer": "standard"}}'::jsonb, 'sha256:' || md5(g::text),
-    false, now() + make_interval(secs => :offset), :policy, '{{"choice": "x"}}'::jsonb, 0,
-    now() - interval '2 hours'{sweep_at_value}
+    'bench_choice', 1, '{"type": "object"}'::jsonb, '["approver"]'::jsonb,
+    '{"ticket": "T-1"}'::jsonb, '{"offer": "standard"}'::jsonb, 'sha256:' || md5(g::text),
+    false, now() + make_interval(secs => :offset), :policy, '{"choice": "x"}'::jsonb, 0,
+    now() - interval '2 hours'
 FROM generate_series(1, :count) AS g
 """
 
 
 def insert(conn: Connection, prefix: str, count: int, offset: float, policy: str) -> None:
-    has_sweep_at = conn.execute(
-        text(
-            "SELECT count(*) FROM information_schema.columns "
-            "WHERE table_name = 'interrupts' AND column_name = 'sweep_at'"
-        )
-    ).scalar_one()
-    sql = INTERRUPTS_SQL.format(
-        sweep_at=", sweep_at" if has_sweep_at else "",
-        sweep_at_value=", now() + make_interval(secs => :offset)" if has_sweep_at else "",
-    )
     params = {"prefix": prefix, "count": count, "offset": offset, "policy": policy}
     conn.execute(text(RUNS_SQL), params)
-    conn.execute(text(sql), params)
+    conn.execute(text(INTERRUPTS_SQL), params)
 
 
 def main() -> None:

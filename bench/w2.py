@@ -290,7 +290,7 @@ def copies(
                 rows[name].extend(_replaced(original, ids) for original in originals)
             rows["runs"][-1]["input"] = {"n": n}
             new = rows["interrupts"][-1]
-            new.update(scope={"n": n}, evidence={"amount": n}, deadline=deadline, sweep_at=deadline)
+            new.update(scope={"n": n}, evidence={"amount": n}, deadline=deadline)
             new["evidence_hash"] = evidence_hash(new["evidence"], new["evidence_canon"])
         yield rows
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Table, bindparam, func, insert, select, update
+from sqlalchemy import Table, bindparam, func, insert, or_, select, update
 from sqlalchemy.orm import Session
 from sqlalchemy.orm.attributes import set_committed_value
 from sqlalchemy.sql import FromClause
@@ -45,7 +45,7 @@ NOT_INHERITED = frozenset(
         "resolved_by",
         "created_at",
         "resolved_at",
-        "sweep_at",
+        "put_off_until",
     }
 )
 
@@ -56,7 +56,6 @@ def new_interrupt(
     """The durable interrupt of a run moving to ``waiting`` (at ``state_version``), and the
     INSERT that writes it with the run's ``suspend`` (see ``interrupt_event``)."""
     now = utcnow()
-    deadline = now + timedelta(seconds=decl.expires_in)
     interrupt = Interrupt(
         **decl.model_dump(exclude={"expires_in"}),
         id=new_id(),
@@ -66,8 +65,7 @@ def new_interrupt(
         checkpoint_id=checkpoint_id,
         state_version=state_version,
         flow_version=run.flow_version,
-        deadline=deadline,
-        sweep_at=deadline,
+        deadline=now + timedelta(seconds=decl.expires_in),
         escalation_level=0,
         created_at=now,
     )
@@ -186,16 +184,17 @@ def ask_again(session: Session, answered: Interrupt, **changes: Any) -> Interrup
 def _successor(old: Interrupt, changes: dict[str, Any]) -> Interrupt:
     now = utcnow()
     columns = {c: getattr(old, c) for c in INTERRUPTS.columns.keys() if c not in NOT_INHERITED}  # noqa: SIM118
-    values = {
-        **columns,
-        "deadline": now + (old.deadline - old.created_at),
-        **changes,
-        "id": new_id(),
-        "status": PENDING,
-        "supersedes": old.id,
-        "created_at": now,
-    }
-    return Interrupt(**values, sweep_at=values["deadline"])
+    return Interrupt(
+        **{
+            **columns,
+            "deadline": now + (old.deadline - old.created_at),
+            **changes,
+            "id": new_id(),
+            "status": PENDING,
+            "supersedes": old.id,
+            "created_at": now,
+        }
+    )
 
 
 def lock_with_run(session: Session, interrupt_id: str) -> tuple[Interrupt, Run] | None:
@@ -250,41 +249,40 @@ def resolved_at(
 
 
 def due(session: Session, now: datetime, size: int) -> tuple[list[Interrupt], dict[str, str]]:
-    """Pending interrupts the sweep should look at by ``now``, the longest due first, read
-    through the (status, sweep_at) index; and the ids of those that could not be read, each
+    """Due pending interrupts that no sweep put off past ``now``, oldest deadline first, read
+    through the (status, deadline) index; and the ids of those that could not be read, each
     with why (``readable_rows``).
 
     Rows another sweeper (or a resume in the gateway) holds are theirs: skipped, never waited on.
     """
     query = (
         select(Interrupt)
-        .where(Interrupt.status == PENDING, Interrupt.sweep_at <= now)
-        .order_by(Interrupt.sweep_at)
+        .where(
+            Interrupt.status == PENDING,
+            Interrupt.deadline <= now,
+            or_(Interrupt.put_off_until.is_(None), Interrupt.put_off_until <= now),
+        )
+        .order_by(Interrupt.deadline)
         .limit(size)
     )
     return readable_rows(session, dialect(session).lock_or_skip(query))
 
 
 def put_off(session: Session, interrupt_id: str, until: datetime) -> None:
-    """The sweep looks at pending ``interrupt_id`` again at ``until``, not before."""
+    """No sweep looks at pending ``interrupt_id`` again before ``until``."""
     session.execute(
         update(INTERRUPTS)
         .where(INTERRUPTS.c.id == interrupt_id, INTERRUPTS.c.status == PENDING)
-        .values(sweep_at=until)
+        .values(put_off_until=until)
     )
 
 
 def bring_forward(session: Session, now: datetime) -> int:
-    """Every pending interrupt past its deadline that a sweep put off is due again now; how
-    many."""
+    """Every pending interrupt a sweep put off past ``now`` is due again now; how many."""
     result = session.execute(
         update(INTERRUPTS)
-        .where(
-            INTERRUPTS.c.status == PENDING,
-            INTERRUPTS.c.deadline <= now,
-            INTERRUPTS.c.sweep_at > now,
-        )
-        .values(sweep_at=INTERRUPTS.c.deadline)
+        .where(INTERRUPTS.c.status == PENDING, INTERRUPTS.c.put_off_until > now)
+        .values(put_off_until=None)
     )
     return int(getattr(result, "rowcount", 0) or 0)
 

@@ -172,9 +172,9 @@ class Interrupt(Base):
     evidence_canon: Mapped[str | None] = mapped_column(String(16))
     separate_from_starter: Mapped[bool] = mapped_column(Boolean, default=False)
     deadline: Mapped[datetime] = mapped_column(Timestamp())
-    # When the expiry sweep looks at it next: its deadline, or later once a sweep could not
-    # apply its policy (put off, so that what waits past its deadline is not read every sweep).
-    sweep_at: Mapped[datetime] = mapped_column(Timestamp())
+    # Set when a sweep could not apply its policy: no sweep looks at it again before then
+    # (so that what waits past its deadline for a fix is not read at every sweep).
+    put_off_until: Mapped[datetime | None] = mapped_column(Timestamp())
     on_expiry: Mapped[str] = mapped_column(String(16))
     escalation: Mapped[Any | None] = mapped_column(Json)
     escalation_level: Mapped[int] = mapped_column(Integer, default=0)
@@ -193,7 +193,7 @@ class Interrupt(Base):
         CheckConstraint(f"kind IN ({_values(InterruptKind)})", name="kind"),
         CheckConstraint(f"status IN ({_values(InterruptStatus)})", name="status"),
         # The sweep reads due interrupts through this index: its cost follows the due rows.
-        Index(None, "status", "sweep_at"),
+        Index(None, "status", "deadline"),
         Index(None, "run_id", "checkpoint_id"),
     )
 

@@ -1,13 +1,13 @@
 """Sweeping expired interrupts: due rows in bounded batches, each policy applied exactly once.
 
-Due rows are read through the ``(status, sweep_at)`` index, the longest due first, so a sweep
-costs what is due, not what is waiting. An interrupt's ``sweep_at`` is its deadline, until a
-sweep cannot apply its policy: a ``default`` this process cannot check (without the flow's
-code, with the interrupt's schema unknown or changed here, or while the revalidation fails)
-is deferred, and a row whose policy raised has failed. Either stays pending past its deadline
-and is put off: looked at again after as long as it has been overdue, at least a minute and
-at most an hour, so that rows waiting on a fix are not read and warned about at every sweep.
-``interlude sweep`` brings them all forward first (an operator runs it after the fix).
+Due rows are read through the ``(status, deadline)`` index, oldest deadline first, so a sweep
+costs what is due, not what is waiting. When a sweep cannot apply an interrupt's policy (a
+``default`` this process cannot check: without the flow's code, with the interrupt's schema
+unknown or changed here, or while the revalidation fails; or a policy that raised), the
+interrupt stays pending past its deadline and is put off (``put_off_until``): looked at again
+after as long as it has been overdue, at least a minute and at most an hour, so that rows
+waiting on a fix are not read and warned about at every sweep. ``interlude sweep`` brings them
+all forward first (an operator runs it after the fix).
 
 On PostgreSQL a batch is locked with ``FOR UPDATE SKIP LOCKED``: concurrent sweepers take
 disjoint rows, and the gateway, which locks the same row before it accepts a resume, is

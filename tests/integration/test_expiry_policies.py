@@ -204,8 +204,9 @@ def test_default_waits_when_the_schema_changed_under_its_version(
         assert "deadline passed:" not in warning
         assert not [r for r in caplog.records if r.levelno > logging.WARNING]
         with transaction() as session:
-            sweep_at = session.get_one(Interrupt, interrupt.id).sweep_at
-        assert abs(sweep_at - (utcnow() + timedelta(hours=again))) < timedelta(minutes=2)
+            put_off = session.get_one(Interrupt, interrupt.id).put_off_until
+        assert put_off is not None
+        assert abs(put_off - (utcnow() + timedelta(hours=again))) < timedelta(minutes=2)
     assert get_interrupt(interrupt.id).status == "pending"
     assert get_run(run_id).state == "waiting"
     assert list_resume_attempts(interrupt_id=interrupt.id) == []

@@ -35,10 +35,10 @@ def _later(hours: float = 2) -> Any:
     return utcnow() + timedelta(hours=hours)
 
 
-def _sweep_at(run_id: str) -> Any:
+def _put_off_until(run_id: str) -> Any:
     with transaction(readonly=True) as session:
         return session.execute(
-            select(Interrupt.sweep_at).where(Interrupt.run_id == run_id)
+            select(Interrupt.put_off_until).where(Interrupt.run_id == run_id)
         ).scalar_one()
 
 
@@ -74,7 +74,7 @@ def test_a_deferred_row_is_put_off_not_read_at_every_sweep(
     assert {get_run(run_id).state for run_id in others} == {"expired"}
     # And puts it off by as long as it had been overdue (an hour), so the second does not read
     # it nor warn again
-    assert abs(_sweep_at(stuck) - _later(3)) < timedelta(minutes=2)
+    assert abs(_put_off_until(stuck) - _later(3)) < timedelta(minutes=2)
     assert second == SweepReport()
     deferrals = [r for r in caplog.records if "deferred" in r.getMessage()]
     assert len(deferrals) == 1
