@@ -2,8 +2,10 @@
 
 Add this module to ``INTERLUDE_FLOWS`` (after ``examples.deploy_gate``) on the workers and set
 ``INTERLUDE_NOTIFY_WEBHOOK_URL`` (a chat or ticket system's incoming webhook) and
-``INTERLUDE_WEB_BASE_URL`` (where people reach ``interlude serve``). Notifiers run in the
-worker right after the interrupt commits; a failure is logged and never fails the run.
+``INTERLUDE_WEB_BASE_URL`` (where people reach ``interlude serve``). Once the interrupt
+commits, a worker calls each notifier in a task of its own (queue ``interlude.notify``): a
+failure is tried again a few times, then logged; it never fails the run. The request has a
+timeout of its own, which holds in any pool (Celery's time limit holds in prefork only).
 """
 
 from __future__ import annotations

@@ -9,7 +9,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
 import rfc8785
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic_core import PydanticCustomError
 
 from models.enums import Decision, ResumeOutcome
 
@@ -83,8 +84,22 @@ class ResumeContract(Frozen):
     scope: Any = None
     evidence_hash: str = Field(min_length=1, max_length=200)
     idempotency_key: str = Field(min_length=1, max_length=200)
-    expires_at: datetime
+    expires_at: datetime = Field(
+        description="until when this contract may be submitted: an RFC 3339 date-time with its "
+        "timezone (2026-12-03T14:00:00Z, 2026-12-03T15:00:00+01:00)"
+    )
     policy_version: str | None = None
+
+    @field_validator("expires_at")
+    @classmethod
+    def _with_timezone(cls, value: datetime) -> datetime:
+        # Read as UTC, a local time would make the contract valid hours longer or shorter.
+        if value.utcoffset() is None:
+            raise PydanticCustomError(
+                "timezone_aware",
+                "needs a timezone, e.g. 2026-12-03T14:00:00Z or 2026-12-03T15:00:00+01:00",
+            )
+        return value
 
     @classmethod
     def for_interrupt(

@@ -33,6 +33,17 @@ class FlowDefinitionError(InterludeError):
     """flow definition is invalid: {detail}"""
 
 
+class UnknownNotifierError(InterludeError):
+    """flow {flow!r} v{version} has no notifier {notifier!r} here; its notifiers: {known}"""
+
+
+class NotifierFailedError(InterludeError):
+    """notifier {notifier} failed for interrupt {interrupt_id} (attempt {attempt}): {error}"""
+
+    # Raised by the notify task once its failure is logged (and its retry, if any, published),
+    # so that Flower and the worker's log see the task retry or fail.
+
+
 class FlowVersionError(InterludeError):
     """run {run_id} needs flow {flow!r} version {version}; this worker has {available}"""
 

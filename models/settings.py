@@ -45,6 +45,19 @@ DEFAULT_EFFECT_MARGIN = 5.0
 # this long after that lease expired, so that a call it still had in flight has landed.
 DEFAULT_EFFECT_GRACE = 15.0
 
+# Flow notifiers (worker.notifications): each call has this long (Celery's soft time limit, where
+# the pool enforces one), a failed call is tried again this many times, the first time after
+# this many seconds and twice as long each time after.
+DEFAULT_NOTIFY_TIMEOUT_SECONDS = 30.0
+DEFAULT_NOTIFY_RETRIES = 5
+DEFAULT_NOTIFY_BACKOFF = 2.0
+# A notify task must end well within Redis's visibility timeout (3600 s), after which the broker
+# hands a message still being worked on to another worker; so must a retry's countdown, which
+# loops past it.
+LONGEST_NOTIFY_SECONDS = 3000.0
+LONGEST_NOTIFY_BACKOFF = 600.0
+MOST_NOTIFY_RETRIES = 100
+
 # The longest any duration may be (100 years): a deadline that far ahead, or a cutoff four
 # times that far back (the reaper's longest wait), still fits a datetime and a timedelta.
 LONGEST_SECONDS = 100 * 365 * 24 * 3600
@@ -109,6 +122,13 @@ class Settings(BaseSettings):
     web_secure_cookie: bool = False
     # Where the notifier recipe (examples/inbox_webhook.py) posts inbox links; off when empty.
     notify_webhook_url: str = ""
+    notify_timeout_seconds: float = Field(
+        DEFAULT_NOTIFY_TIMEOUT_SECONDS, gt=0, le=LONGEST_NOTIFY_SECONDS, allow_inf_nan=False
+    )
+    notify_retries: int = Field(DEFAULT_NOTIFY_RETRIES, ge=0, le=MOST_NOTIFY_RETRIES)
+    notify_backoff: float = Field(
+        DEFAULT_NOTIFY_BACKOFF, ge=0, le=LONGEST_NOTIFY_BACKOFF, allow_inf_nan=False
+    )
     # Celery beat's schedule (beat_schedule.py): seconds between sweeps and reaper passes.
     sweep_interval: BeatInterval = DEFAULT_SWEEP_INTERVAL
     reap_interval: BeatInterval = DEFAULT_REAP_INTERVAL

@@ -30,6 +30,8 @@ os.environ["INTERLUDE_FLOWS"] = FLOW_MODULES
 os.environ.setdefault("INTERLUDE_LEASE_SECONDS", "30")
 # Tests that are not about zombie workers need not wait long for a stale owner's call.
 os.environ.setdefault("INTERLUDE_EFFECT_GRACE", "1")
+# A failing notifier is tried again within a second or so, not a minute (2, 4, ... 32 s).
+os.environ.setdefault("INTERLUDE_NOTIFY_BACKOFF", "0.01")
 
 from models.db import dispose_engines, get_engine  # noqa: E402
 from models.migrate import upgrade  # noqa: E402

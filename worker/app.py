@@ -14,13 +14,20 @@ from models.settings import Settings, get_settings
 from worker.startup import refuse
 from worker.tasknames import (
     QUEUE_MAINTENANCE,
+    QUEUE_NOTIFY,
     QUEUE_RESUMES,
     QUEUE_STEPS,
+    TASK_NOTIFY,
     TASK_REAP,
     TASK_RESUME,
     TASK_STEP,
     TASK_SWEEP,
 )
+
+# After a notify task's soft time limit, its call has this long to end before the pool child is
+# killed (the hard limit: a call deaf to the soft limit, stuck in C code, a handler that
+# swallows it).
+NOTIFY_HARD_LIMIT_GRACE = 10.0
 
 # kombu finds the transport of a URL's scheme in this table: ``redis://`` and ``rediss://`` get
 # kombu's Redis transport with one command client per channel (worker/redis_transport.py).
@@ -99,14 +106,28 @@ def create_app(settings: Settings | None = None) -> Celery:
         task_send_sent_event=settings.task_events,
         worker_hijack_root_logger=False,
         # Each queue gets its own exchange and routing key: queues declared by name alone all
-        # bind to the default exchange under one key, and every publish would reach all three.
-        task_queues=[_queue(q) for q in (QUEUE_STEPS, QUEUE_RESUMES, QUEUE_MAINTENANCE)],
+        # bind to the default exchange under one key, and every publish would reach all of them.
+        # A worker started without -Q consumes every queue listed here, notifications included:
+        # nothing waits in a queue nobody takes. (QUEUE_NOTIFY: worker.tasknames says why.)
+        task_queues=[
+            _queue(q) for q in (QUEUE_STEPS, QUEUE_RESUMES, QUEUE_MAINTENANCE, QUEUE_NOTIFY)
+        ],
         task_default_queue=QUEUE_STEPS,
         task_routes={
             TASK_STEP: {"queue": QUEUE_STEPS},
             TASK_RESUME: {"queue": QUEUE_RESUMES},
             TASK_SWEEP: {"queue": QUEUE_MAINTENANCE},
             TASK_REAP: {"queue": QUEUE_MAINTENANCE},
+            TASK_NOTIFY: {"queue": QUEUE_NOTIFY},
+        },
+        # A notifier's call is bounded where the pool enforces Celery's time limits: prefork
+        # raises SoftTimeLimitExceeded in it (retried like any failure), then kills the child at
+        # the hard limit; gevent has the hard limit only; threads, solo and eventlet none.
+        task_annotations={
+            TASK_NOTIFY: {
+                "soft_time_limit": settings.notify_timeout_seconds,
+                "time_limit": settings.notify_timeout_seconds + NOTIFY_HARD_LIMIT_GRACE,
+            }
         },
         imports=["worker.tasks"],
         beat_schedule=_beat_schedule(),

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+import numbers
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar, Unpack
@@ -13,7 +15,7 @@ from models.contracts import InterruptDecl
 from models.db import transaction
 from models.effects import LedgerEntry, Outcome
 from models.enums import Decision, InterruptKind
-from models.errors import BudgetRejectedError
+from models.errors import BudgetRejectedError, FlowDefinitionError
 from models.settings import DEFAULT_LEASE_SECONDS
 from worker.declarations import InterruptArgs, Suspend, declare
 from worker.effects import perform
@@ -78,6 +80,10 @@ class StepContext:
     # The wait this execution asked for, once it asked: a step that catches the signal
     # (a bare ``except:``, a ``return`` in ``finally``) must not go on as if it were answered.
     suspended: Suspend | None = None
+    # The interrupt names this execution asked (answered or not): an answer releases one ask.
+    asked: set[str] = field(default_factory=set)
+    # A mistake of the step's own that fails it for good even if the step catches it.
+    mistake: FlowDefinitionError | None = None
 
     def ledger(self) -> dict[str, LedgerEntry]:
         """The run's effect ledger, read once per execution when a step first needs it."""
@@ -110,6 +116,16 @@ class StepContext:
         The declaration takes ``kind``, ``input`` (the schema), ``authority``, ``expires_in``
         and the optional fields of ``InterruptArgs``.
         """
+        if isinstance(name, str) and name in self.asked:
+            # The first answer would come back for every later ask: one answer, many approvals.
+            self.mistake = FlowDefinitionError(
+                detail=f"step {self.step!r} asks interrupt {name!r} twice in one execution, "
+                f"and its one answer would answer every ask: give each ask its own name "
+                f"(e.g. f'{name}-{{item.id}}')"
+            )
+            raise self.mistake
+        if isinstance(name, str):
+            self.asked.add(name)
         found = self.resolved.get(name)
         # An answer binds to its interrupt's name and schema: a version that asks with another
         # schema asks again.
@@ -138,8 +154,14 @@ class StepContext:
 
     def consume(self, units: float) -> None:
         """Spend ``units`` of the run's allowance; when it runs out, wait for a budget grant."""
-        if units < 0:
-            raise ValueError("budget units must not be negative")
+        # NaN passes every comparison false: the allowance would never run out again.
+        if (
+            not isinstance(units, numbers.Real)
+            or isinstance(units, bool)
+            or not math.isfinite(units)
+            or units < 0
+        ):
+            raise ValueError(f"budget units must be a finite number, not negative, got {units!r}")
         if self.budget_allowance is not None:
             grant = 1
             while self.budget_consumed + units > self.budget_allowance:
@@ -181,6 +203,9 @@ class StepContext:
         ``fn`` is called as ``fn(*args, idempotency_key=..., fencing_token=epoch, **kwargs)``;
         ``pass_fencing_token=False`` leaves the token out for a callee that does not take it.
         """
+        if self.mistake is not None:
+            # The step caught its own mistake and went on: nothing more happens.
+            raise self.mistake
         if self.suspended is not None:
             # The step caught its wait's signal and went on: nothing happens before the answer.
             raise self.suspended

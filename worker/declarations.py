@@ -17,6 +17,7 @@ from models.contracts import InterruptDecl, evidence_hash, json_copy
 from models.enums import ExpiryPolicy, InterruptKind
 from models.errors import FlowDefinitionError
 from models.runs import storable_text, unstorable_where
+from models.settings import LONGEST_SECONDS
 from worker.flows import checked_roles
 from worker.schemas import json_schema_of, schema_id_of
 
@@ -72,6 +73,11 @@ def _seconds(value: float | timedelta, what: str) -> float:
         )
     if not 0 < seconds < float("inf"):
         raise FlowDefinitionError(detail=f"{what} must be positive, got {value!r}")
+    if seconds > LONGEST_SECONDS:
+        # A deadline past what a datetime holds would fail the step's commit, outside the step.
+        raise FlowDefinitionError(
+            detail=f"{what} must be at most {LONGEST_SECONDS} seconds (100 years), got {value!r}"
+        )
     return seconds
 
 

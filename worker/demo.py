@@ -28,7 +28,7 @@ T = TypeVar("T")
 
 DEMO_FOLDER = Path(".interlude") / "demo"
 FLOW_MODULE = "examples.procurement"
-QUEUES = "interlude.steps,interlude.resumes,interlude.maintenance"
+QUEUES = "interlude.steps,interlude.resumes,interlude.maintenance,interlude.notify"
 WORKER_READY_SECONDS = 40.0
 STEP_SECONDS = 30.0
 STOP_SECONDS = 10.0

@@ -5,17 +5,46 @@ reaper republishes runs that sit queued or resuming without a claim.
 
 Every publish of interlude (enqueue, chained steps, retries, accepted resumes, sweeps, the
 reaper) goes through ``publish_step``, which hands it to the installed publisher: Celery by
-default, an in-process recorder in tests (``worker.testing``).
+default, an in-process recorder in tests (``worker.testing``). A notification (one notifier, one
+interrupt) goes through ``publish_notice`` the same way; it has no outbox: a lost one is logged.
 """
 
 from __future__ import annotations
 
 import logging
+from dataclasses import asdict, dataclass
 from typing import Protocol
 
-from worker.tasknames import QUEUE_RESUMES, QUEUE_STEPS, TASK_RESUME, TASK_STEP
+from worker.safetext import escape_controls
+from worker.tasknames import (
+    QUEUE_NOTIFY,
+    QUEUE_RESUMES,
+    QUEUE_STEPS,
+    TASK_NOTIFY,
+    TASK_RESUME,
+    TASK_STEP,
+)
 
 log = logging.getLogger(__name__)
+# How much of a refused publish's error is logged.
+MAX_PUBLISH_ERROR = 300
+
+
+@dataclass(frozen=True)
+class Notice:
+    """What one notify task carries, all JSON: which interrupt (of which run), which flow
+    version's notifier (by ``worker.flows.notifier_name``), and which attempt this is."""
+
+    interrupt_id: str
+    run_id: str
+    flow: str
+    version: int
+    notifier: str
+    attempt: int = 1
+
+    def as_kwargs(self) -> dict[str, str | int]:
+        """The task's keyword arguments (Flower shows them as they are)."""
+        return asdict(self)
 
 
 class Publisher(Protocol):
@@ -42,13 +71,33 @@ def celery_publisher(
     app.send_task(name, args=[run_id], queue=queue, countdown=countdown, kwargsrepr=label)
 
 
+class NoticePublisher(Protocol):
+    """Sends one notify task (``notice`` as its keyword arguments), due after ``countdown``."""
+
+    def __call__(self, notice: Notice, *, countdown: float | None) -> None: ...
+
+
+def celery_notice_publisher(notice: Notice, *, countdown: float | None) -> None:
+    from worker.app import app
+
+    app.send_task(TASK_NOTIFY, kwargs=notice.as_kwargs(), queue=QUEUE_NOTIFY, countdown=countdown)
+
+
 _publisher: Publisher = celery_publisher
+_notice_publisher: NoticePublisher = celery_notice_publisher
 
 
 def set_publisher(publisher: Publisher) -> Publisher:
     """Install ``publisher`` for every later publish of this process; returns the previous."""
     global _publisher
     previous, _publisher = _publisher, publisher
+    return previous
+
+
+def set_notice_publisher(publisher: NoticePublisher) -> NoticePublisher:
+    """Install ``publisher`` for every later notify task of this process; returns the previous."""
+    global _notice_publisher
+    previous, _notice_publisher = _notice_publisher, publisher
     return previous
 
 
@@ -69,6 +118,28 @@ def publish_step(
             "publish failed, the reaper will retry: %s",
             exc,
             extra={"action": "publish_failed", "run_id": run_id},
+        )
+        return False
+    return True
+
+
+def publish_notice(notice: Notice, *, countdown: float | None = None) -> bool:
+    """Publish the task that tells one notifier about one interrupt; False if it failed.
+
+    A refusal is one warning line naming the interrupt and the notifier: nothing publishes it
+    again (the interrupt itself is committed; its run is not affected).
+    """
+    try:
+        _notice_publisher(notice, countdown=countdown)
+    except Exception as exc:
+        log.warning(
+            "notifier %s not told of interrupt %s (attempt %d): publish failed: %s: %s",
+            notice.notifier,
+            notice.interrupt_id,
+            notice.attempt,
+            type(exc).__name__,
+            escape_controls(str(exc))[:MAX_PUBLISH_ERROR],
+            extra={"action": "notify_publish_failed", "run_id": notice.run_id},
         )
         return False
     return True

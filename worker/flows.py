@@ -21,6 +21,7 @@ from models.errors import (
     FlowDefinitionError,
     FlowVersionError,
     UnknownFlowError,
+    UnknownNotifierError,
     UnknownStepError,
 )
 from models.settings import LONGEST_SECONDS, get_settings
@@ -145,8 +146,25 @@ class Flow:
 
     def revalidate(self, interrupt_name: str) -> Callable[[Revalidator], Revalidator]:
         """Register a function that recomputes an interrupt's evidence at resume time."""
+        where = f"flow {self.name!r} v{self.version}"
+        if not isinstance(interrupt_name, str) or not interrupt_name:
+            # (``@flow.revalidate`` without parentheses would register nothing, silently.)
+            raise FlowDefinitionError(
+                detail=f"{where}: @flow.revalidate needs an interrupt name (a non-empty str), "
+                f"got {interrupt_name!r}: write @flow.revalidate('name')"
+            )
 
         def decorate(fn: Revalidator) -> Revalidator:
+            if not callable(fn):
+                raise FlowDefinitionError(
+                    detail=f"{where}: revalidation of {interrupt_name!r} is not a function"
+                )
+            if interrupt_name in self.revalidators:
+                # A second would replace the first, silently.
+                raise FlowDefinitionError(
+                    detail=f"{where}: interrupt {interrupt_name!r} has a @flow.revalidate "
+                    "already: one interrupt, one revalidation"
+                )
             self.revalidators[interrupt_name] = fn
             return fn
 
@@ -160,8 +178,25 @@ class Flow:
         Used when ``ctx.effect`` is given no ``reconcile=`` and by the resume path, which
         settles a run's pending effects before its step executes again.
         """
+        where = f"flow {self.name!r} v{self.version}"
+        if not isinstance(effect_name, str) or not effect_name:
+            # (``@flow.reconciler`` without parentheses would register nothing, silently.)
+            raise FlowDefinitionError(
+                detail=f"{where}: @flow.reconciler needs an effect name (a non-empty str), "
+                f"got {effect_name!r}: write @flow.reconciler('name')"
+            )
 
         def decorate(fn: Callable[[str], Any]) -> Callable[[str], Any]:
+            if not callable(fn):
+                raise FlowDefinitionError(
+                    detail=f"{where}: reconciler of {effect_name!r} is not a function"
+                )
+            if effect_name in self.reconcilers:
+                # A second would replace the first, silently.
+                raise FlowDefinitionError(
+                    detail=f"{where}: effect {effect_name!r} has a @flow.reconciler already: "
+                    "one effect, one reconciler"
+                )
             self.reconcilers[effect_name] = fn
             return fn
 
@@ -184,15 +219,46 @@ class Flow:
                 raise FlowDefinitionError(
                     detail=f"flow {self.name!r} v{self.version} cannot migrate from v{version}"
                 )
+            if version in self.migrations:
+                # A second would replace the first, silently.
+                raise FlowDefinitionError(
+                    detail=f"flow {self.name!r} v{self.version} has a @flow.migrates_from"
+                    f"({version}) already: one version, one migration"
+                )
             self.migrations[version] = fn
             return fn
 
         return decorate
 
     def notifier(self, fn: Notifier) -> Notifier:
-        """Register a function called with every interrupt of this flow after it commits."""
+        """Register a function called with every interrupt of this flow after it commits.
+
+        A notify task names its notifier by ``notifier_name``: one name, one notifier per flow.
+        """
+        where = f"flow {self.name!r} v{self.version}"
+        if not callable(fn):
+            raise FlowDefinitionError(detail=f"{where}: notifier {fn!r} is not a function")
+        name = notifier_name(fn)
+        for known in self.notifiers:
+            if known is fn:
+                return fn
+            if notifier_name(known) == name:
+                # The notify tasks of both would call the one their worker finds first.
+                raise FlowDefinitionError(
+                    detail=f"{where}: two notifiers named {name!r} (in {_module_of(known)} and "
+                    f"{_module_of(fn)}): a notify task finds its notifier by that name; give "
+                    "one another name"
+                )
         self.notifiers.append(fn)
         return fn
+
+    def get_notifier(self, name: str) -> Notifier:
+        """The notifier registered as ``name`` (``notifier_name``)."""
+        for notifier in self.notifiers:
+            if notifier_name(notifier) == name:
+                return notifier
+        known = ", ".join(notifier_name(n) for n in self.notifiers) or "none"
+        raise UnknownNotifierError(flow=self.name, version=self.version, notifier=name, known=known)
 
     @property
     def first_step(self) -> str:
@@ -221,6 +287,17 @@ class Flow:
             return self.steps[name]
         except KeyError:
             raise UnknownStepError(flow=self.name, step=name) from None
+
+
+def notifier_name(fn: Notifier) -> str:
+    """A notifier's name on its flow, which its notify tasks carry: its qualified name."""
+    name = getattr(fn, "__qualname__", None)
+    return name if isinstance(name, str) else type(fn).__qualname__
+
+
+def _module_of(fn: object) -> str:
+    module = getattr(fn, "__module__", None)
+    return module if isinstance(module, str) else "?"
 
 
 def _number_at_least(value: object, least: float, most: float = math.inf) -> bool:

@@ -14,7 +14,6 @@ import logging
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import UTC
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
@@ -270,11 +269,8 @@ def _check(
             ResumeOutcome.EXPIRED,
             f"the interrupt's deadline passed at {interrupt.deadline.isoformat()}",
         )
-    expires_at = (
-        contract.expires_at
-        if contract.expires_at.tzinfo
-        else contract.expires_at.replace(tzinfo=UTC)
-    )
+    # (The contract's model refused an expires_at without a timezone: check 1, malformed.)
+    expires_at = contract.expires_at
     if expires_at <= now:
         raise Refusal(ResumeOutcome.EXPIRED, f"the contract expired at {expires_at.isoformat()}")
     roles = set(actor.roles or [])

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 from typing import TypeVar
 
 from models import interrupts as store
@@ -11,13 +10,9 @@ from models.db import transaction
 from models.enums import InterruptKind, InterruptStatus, ResumeOutcome
 from models.errors import InterruptNotFoundError, InvalidInputError
 from models.tables import Interrupt
-from worker import arguments
-from worker.flows import Flow
-from worker.safetext import escape_controls
+from worker import arguments, dispatch
+from worker.flows import Flow, notifier_name
 
-log = logging.getLogger(__name__)
-# How much of a failed notifier's message is logged.
-MAX_NOTIFIER_ERROR = 300
 E = TypeVar("E", InterruptStatus, InterruptKind, ResumeOutcome)
 
 
@@ -26,29 +21,24 @@ def view(row: Interrupt) -> InterruptView:
 
 
 def notify(flow: Flow, interrupt: Interrupt) -> None:
-    """Tell the flow's notifiers about a committed interrupt; their failures are only logged.
+    """Publish one notify task per notifier of ``flow`` about ``interrupt``, once it committed.
 
-    They run here, in the step's, the sweep's or the resume's own process and thread, after
-    the commit: a slow one holds that slot (README, "Notify people")."""
+    The notifiers run in a worker (``worker.notifications``), each in a task of its own, with a
+    time limit and retries: never here, in the step's, the sweep's or the resume's slot. A flow
+    without notifiers costs nothing. A publish the broker refuses is logged; the run goes on.
+    """
     if not flow.notifiers:
         return
-    snapshot = view(interrupt)
     for notifier in flow.notifiers:
-        try:
-            notifier(snapshot)
-        except Exception as exc:
-            name = getattr(notifier, "__qualname__", type(notifier).__name__)
-            # One line that says which notifier and which interrupt; the traceback only at
-            # debug level (the exception's text is the notifier's own, escaped and cut).
-            log.warning(
-                "interrupt notifier %s failed for interrupt %s: %s: %s",
-                name,
-                interrupt.id,
-                type(exc).__name__,
-                escape_controls(str(exc))[:MAX_NOTIFIER_ERROR],
-                extra={"action": "notify_failed", "run_id": interrupt.run_id},
+        dispatch.publish_notice(
+            dispatch.Notice(
+                interrupt_id=interrupt.id,
+                run_id=interrupt.run_id,
+                flow=flow.name,
+                version=flow.version,
+                notifier=notifier_name(notifier),
             )
-            log.debug("notifier %s traceback", name, exc_info=True)
+        )
 
 
 def list_interrupts(

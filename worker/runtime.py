@@ -171,6 +171,9 @@ def _execute_step(claimed: Claimed, owner: str, *, may_chain: bool) -> Ended:
             if claimed.resuming and claimed.ledger is not None:
                 settle_pending_effects(ctx)
             next_step = claimed.step.fn(ctx)
+        if ctx.mistake is not None:
+            # (an interrupt asked twice, caught by the step: it fails all the same)
+            raise ctx.mistake
         if ctx.suspended is not None:
             raise FlowDefinitionError(
                 detail=f"step {ctx.step!r} caught the signal of its wait for "
@@ -193,10 +196,13 @@ def _execute_step(claimed: Claimed, owner: str, *, may_chain: bool) -> Ended:
         # (a lease too short to call an effect: the reaper hands the run on once it expires)
         ended = _discard(run.id, exc)
     except Exception as exc:
-        ended = _commit_failure(claimed, ctx, exc, owner)
+        # A mistake the step caught fails it, whatever the step raised after it.
+        ended = _commit_failure(claimed, ctx, ctx.mistake or exc, owner)
     else:
         ended = _commit_advance(claimed, ctx, next_step, owner, chain=may_chain)
-    if suspension is not None:
+    if suspension is not None and ctx.mistake is not None:
+        ended = _commit_failure(claimed, ctx, ctx.mistake, owner)
+    elif suspension is not None:
         ended = _commit_suspend(claimed, ctx, suspension, owner)
     error = ended.failure.error_class if ended.failure is not None else None
     step_metrics.observe(

@@ -15,7 +15,12 @@ from models.errors import FlowDefinitionError
 from worker.flows import defining_file
 
 M = TypeVar("M", bound=type[BaseModel])
-SCHEMA_ID = re.compile(r"^([A-Za-z][A-Za-z0-9_\-]*)\.v([0-9]+)$")
+# Versions start at 1 and are written without leading zeros: "x.v01" would be "x.v1" again.
+SCHEMA_ID = re.compile(r"^([A-Za-z][A-Za-z0-9_\-]*)\.v([1-9][0-9]*)$")
+
+# The interrupts' schema_name column (String(200)) and schema_version column (a 32-bit integer).
+LONGEST_SCHEMA_NAME = 200
+LARGEST_SCHEMA_VERSION = 2**31 - 1
 
 _lock = threading.Lock()
 _schemas: dict[tuple[str, int], type[BaseModel]] = {}
@@ -25,10 +30,23 @@ _origins: dict[type[BaseModel], tuple[str, str]] = {}
 
 
 def parse_schema_id(schema_id: str) -> tuple[str, int]:
-    match = SCHEMA_ID.match(schema_id)
+    """``(name, version)`` of a schema id being defined (``approval.v1``); FlowDefinitionError
+    for anything else. Stored rows hold the two apart: nothing read back is parsed here."""
+    match = SCHEMA_ID.fullmatch(schema_id) if isinstance(schema_id, str) else None
     if match is None:
-        raise FlowDefinitionError(detail=f"schema id {schema_id!r} is not like 'approval.v1'")
-    return match.group(1), int(match.group(2))
+        raise FlowDefinitionError(
+            detail=f"schema id {schema_id!r} is not like 'approval.v1' (a name, then .v and a "
+            "version from 1, without leading zeros)"
+        )
+    name, version = match.group(1), int(match.group(2))
+    # What the interrupts' columns hold: beyond, every step asking it would fail at its commit.
+    if len(name) > LONGEST_SCHEMA_NAME or version > LARGEST_SCHEMA_VERSION:
+        shown = schema_id if len(schema_id) <= 60 else schema_id[:57] + "..."
+        raise FlowDefinitionError(
+            detail=f"schema id {shown!r}: a name of at most {LONGEST_SCHEMA_NAME} characters "
+            f"and a version of at most {LARGEST_SCHEMA_VERSION}"
+        )
+    return name, version
 
 
 def input_schema(schema_id: str) -> Callable[[M], M]:

@@ -10,7 +10,11 @@ TASK_STEP = "interlude.run_step"
 TASK_RESUME = "interlude.resume_run"
 TASK_SWEEP = "interlude.sweep_expired"
 TASK_REAP = "interlude.reap"
+TASK_NOTIFY = "interlude.notify"
 
 QUEUE_STEPS = "interlude.steps"
 QUEUE_RESUMES = "interlude.resumes"
 QUEUE_MAINTENANCE = "interlude.maintenance"
+# Notifiers call people's systems (webhooks, mail): a queue of its own, so that they can be
+# given a worker of their own and watched apart, which every worker started without -Q takes.
+QUEUE_NOTIFY = "interlude.notify"

@@ -15,16 +15,18 @@ from celery.signals import (
 )
 
 from models.db import open_pool, size_pool_for
-from models.errors import StepFailedError
+from models.errors import NotifierFailedError, StepFailedError
 from models.kept import keep_connections
 from models.settings import get_settings
 from worker import runlog, step_metrics
 from worker.app import app
 from worker.heap import freeze_inherited_heap, freeze_startup_heap
 from worker.stats import serve_from_worker
-from worker.tasknames import TASK_REAP, TASK_RESUME, TASK_STEP, TASK_SWEEP
+from worker.tasknames import TASK_NOTIFY, TASK_REAP, TASK_RESUME, TASK_STEP, TASK_SWEEP
 
 if TYPE_CHECKING:
+    from worker.dispatch import Notice
+    from worker.notifications import Delivery
     from worker.runtime import Failure
 
 # The error a failed task carries into Flower and the worker's log (the run keeps all of it).
@@ -69,6 +71,45 @@ def report(failure: Failure | None) -> None:
     )
     if failure.retry_in is not None:
         raise Retry(exc=exc, when=failure.retry_in)
+    raise exc
+
+
+# Its time limits come from the settings (worker.app). A call that outlives the hard limit, or
+# whose pool child dies, is not run again (for the hard limit, Celery acknowledges the task
+# itself): a notifier that kills its process would loop for ever, where a step's attempts are
+# counted on its run. Celery's own error lines say so, and that notification is lost.
+@app.task(  # type: ignore[untyped-decorator]
+    name=TASK_NOTIFY,
+    ignore_result=True,
+    throws=(NotifierFailedError,),
+    reject_on_worker_lost=False,
+)
+def notify_interrupt(
+    interrupt_id: str, run_id: str, flow: str, version: int, notifier: str, attempt: int = 1
+) -> None:
+    """Call one flow notifier with one interrupt, if it is still pending (worker.notifications)."""
+    from worker.dispatch import Notice
+    from worker.notifications import deliver
+
+    notice = Notice(interrupt_id, run_id, flow, version, notifier, attempt)
+    report_delivery(notice, deliver(notice))
+
+
+def report_delivery(notice: Notice, delivery: Delivery) -> None:
+    """End a notify task as Flower should show it: RETRY when interlude published the next
+    attempt itself (as for steps, without ``Task.retry``), FAILURE when there is none."""
+    from worker.notifications import Outcome
+
+    if delivery.outcome not in (Outcome.RETRYING, Outcome.FAILED):
+        return
+    exc = NotifierFailedError(
+        notifier=notice.notifier,
+        interrupt_id=notice.interrupt_id,
+        attempt=notice.attempt,
+        error=delivery.error,
+    )
+    if delivery.retry_in is not None:
+        raise Retry(exc=exc, when=delivery.retry_in)
     raise exc
 
 

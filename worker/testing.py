@@ -2,9 +2,10 @@
 
 ``recording()`` installs a recorder as the publisher of this process (see ``worker.dispatch``):
 every task interlude would send to Celery (a run's steps, accepted resumes, retries, sweeps'
-and the reaper's republishes) is kept in memory instead. ``drain()`` then executes them in
-the calling process through the same code a worker runs (``worker.runtime.execute``), against
-the real database, until none is left. This is not Celery's eager mode: nothing runs at
+and the reaper's republishes, notifications and their retries) is kept in memory instead.
+``drain()`` then executes them in the calling process through the same code a worker runs
+(``worker.runtime.execute``, ``worker.notifications.deliver``), against the real database,
+until none is left. This is not Celery's eager mode: nothing runs at
 publish time, inside the caller's transaction or stack; tasks run when the test says so.
 
     with recording() as tasks:
@@ -22,8 +23,10 @@ from dataclasses import dataclass
 
 from models.kept import keeping
 from worker import dispatch
+from worker.dispatch import Notice
+from worker.notifications import deliver
 from worker.runtime import execute
-from worker.tasknames import TASK_RESUME, TASK_STEP
+from worker.tasknames import QUEUE_NOTIFY, TASK_NOTIFY, TASK_RESUME, TASK_STEP
 
 DEFAULT_DRAIN_TIMEOUT = 60.0
 
@@ -34,7 +37,8 @@ class DrainTimeoutError(AssertionError):
 
 @dataclass(frozen=True)
 class Published:
-    """One recorded publish: the task, its run, its queue, when it is due (monotonic), its label."""
+    """One recorded publish: the task, its run, its queue, when it is due (monotonic), its label;
+    a notify task's arguments in ``notice``."""
 
     name: str
     run_id: str
@@ -42,6 +46,7 @@ class Published:
     due: float
     flow: str = ""
     step: str = ""
+    notice: Notice | None = None
 
     @property
     def resume(self) -> bool:
@@ -61,7 +66,18 @@ class TaskRecorder:
     ) -> None:
         if name not in (TASK_STEP, TASK_RESUME):
             raise ValueError(f"the task recorder cannot execute task {name!r}")
-        task = Published(name, run_id, queue, time.monotonic() + (countdown or 0.0), flow, step)
+        self._record(
+            Published(name, run_id, queue, time.monotonic() + (countdown or 0.0), flow, step)
+        )
+
+    def notify(self, notice: Notice, *, countdown: float | None) -> None:
+        """The notify-task publisher (``dispatch.NoticePublisher``)."""
+        due = time.monotonic() + (countdown or 0.0)
+        self._record(
+            Published(TASK_NOTIFY, notice.run_id, QUEUE_NOTIFY, due, notice.flow, notice=notice)
+        )
+
+    def _record(self, task: Published) -> None:
         with self._lock:
             self._queue.append(task)
             self.published.append(task)
@@ -109,7 +125,10 @@ class TaskRecorder:
                     f"tasks still published after {timeout}s and {executed} executed: "
                     f"{self.pending}"
                 )
-            execute(task.run_id)
+            if task.notice is not None:
+                deliver(task.notice)
+            else:
+                execute(task.run_id)
             executed += 1
 
     def _next_due(self) -> tuple[Published | None, float | None]:
@@ -133,12 +152,14 @@ def recording() -> Iterator[TaskRecorder]:
     """Record this process's publishes (instead of sending them) until the block ends."""
     recorder = TaskRecorder()
     previous = dispatch.set_publisher(recorder)
+    previous_notices = dispatch.set_notice_publisher(recorder.notify)
     _active.append(recorder)
     try:
         yield recorder
     finally:
         _active.remove(recorder)
         dispatch.set_publisher(previous)
+        dispatch.set_notice_publisher(previous_notices)
 
 
 def drain(timeout: float = DEFAULT_DRAIN_TIMEOUT) -> int:

@@ -23,8 +23,10 @@ from models.db import transaction, utcnow
 from models.tables import Event, Interrupt, ResumeAttempt, Run
 from tests.flows.expiry import NOTIFIED
 from tests.services import ROOT, wait_for
+from worker.dispatch import Notice
+from worker.notifications import Outcome, deliver
 from worker.runtime import execute
-from worker.tasknames import QUEUE_RESUMES, TASK_RESUME
+from worker.tasknames import QUEUE_NOTIFY, QUEUE_RESUMES, TASK_NOTIFY, TASK_RESUME
 
 RUNS = 1000
 POLICIES = ("expire", "cancel", "escalate", "default")
@@ -92,6 +94,19 @@ def _published_resumes() -> Counter[str]:
     return found
 
 
+def _published_notices() -> list[Notice]:
+    """The notify tasks the sweepers published (to the broker no worker consumes)."""
+    broker = redis.Redis.from_url(UNWATCHED_BROKER)
+    found: list[Notice] = []
+    for raw in broker.lrange(QUEUE_NOTIFY, 0, -1):
+        message = json.loads(raw)
+        assert message["headers"]["task"] == TASK_NOTIFY
+        args, kwargs, _embed = json.loads(base64.b64decode(message["body"]))
+        assert args == []
+        found.append(Notice(**kwargs))
+    return found
+
+
 def _count(*columns: Any, where: Any = None) -> Counter[tuple[Any, ...]]:
     """How many rows there are of each combination of ``columns``."""
     query = select(*columns, func.count()).group_by(*columns)
@@ -154,6 +169,13 @@ def test_two_sweepers_apply_each_policy_exactly_once(db: str, backend: str) -> N
     for (run_id, level, status), n in sorted(levels.items()):
         chains.setdefault(run_id, []).extend([(level, status)] * n)
     assert [r for r in escalated if chains[r] != [(0, "superseded"), (1, "pending")]] == []
+    # (one notify task each, for the new interrupt: the sweepers published them; executed here
+    # as a worker would, they tell the flow's notifier)
+    published = _published_notices()
+    assert Counter(n.run_id for n in published) == dict.fromkeys(escalated, 1)
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        outcomes = Counter(pool.map(lambda notice: deliver(notice).outcome, published))
+    assert outcomes == {Outcome.NOTIFIED: len(escalated)}
     notices = Counter(
         n.split(":")[0] for n in r.lrange(NOTIFIED, 0, -1) if n.endswith(":1:manager")
     )

@@ -124,7 +124,9 @@ def test_escalate_policy_hands_the_wait_to_the_escalation_roles(tasks: TaskRecor
     assert get_run(run_id).state == "waiting"
     escalations = [e for e in list_events(run_id) if e.trigger == "escalate"]
     assert [(e.actor, e.detail["new_interrupt_id"]) for e in escalations] == [(SYSTEM, new.id)]
-    # And the flow's notifiers heard about the escalated interrupt
+    # And the flow's notifiers hear about the escalated interrupt, in their own tasks
+    assert [t.notice.interrupt_id for t in tasks.pending if t.notice is not None] == [new.id]
+    drain()
     assert f"{run_id}:{new.id}:1:manager" in notified.lrange(NOTIFIED, 0, -1)
     # And only the escalation role may answer it now
     denied = submit_resume(_contract(new, "alice"), alice)

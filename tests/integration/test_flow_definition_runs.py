@@ -13,9 +13,9 @@ from sqlalchemy import func, select
 from models.db import transaction
 from models.errors import FlowDefinitionError
 from models.tables import Run
-from tests.resumes import triggers
+from tests.resumes import contract_for, drain_finished, drain_pending, triggers
 from tests.scratch_flows import scratch_registry
-from worker import enqueue_run, get_run
+from worker import add_actor, enqueue_run, get_run, submit_resume
 from worker.flows import Flow, load_flow_modules
 from worker.schemas import input_schema
 from worker.testing import TaskRecorder
@@ -107,4 +107,43 @@ def test_a_flawed_interrupt_fails_the_run_for_good_at_its_first_attempt(
         run.error
     )
     assert run.pending_interrupts == []
+    assert "retry" not in triggers(run_id)
+
+
+@pytest.mark.parametrize("catches", [False, True], ids=["raised", "caught"])
+def test_an_interrupt_asked_twice_in_one_execution_fails_the_run_once_answered(
+    defining: TaskRecorder, catches: bool
+) -> None:
+    # Given a step that asks one approval per item, under one name for all of them
+    approver = add_actor("ann", ["approver"])
+    flow = Flow("flowdef_asked_twice")
+
+    @flow.step()
+    def approve_each(ctx: Any) -> None:
+        for item in ("a", "b"):
+            try:
+                answer = ctx.interrupt(
+                    "approve", kind="approval", input=Go, authority=["approver"], expires_in=3600
+                )
+            except FlowDefinitionError:
+                if not catches:
+                    raise
+                continue  # (the step swallows its own mistake: it fails all the same)
+            ctx.state[item] = answer.approved
+        return None
+
+    # When the first ask is answered and the step runs again from its beginning
+    run_id = enqueue_run("flowdef_asked_twice", {})
+    interrupt = drain_pending(run_id, "approve")
+    assert submit_resume(contract_for(interrupt, "ann"), approver).accepted
+    # Then the first ask gets its answer back, and the second fails the run for good: one
+    # answer does not approve every item
+    assert drain_finished(run_id) == "failed"
+    run = get_run(run_id)
+    assert run.error == (
+        "FlowDefinitionError: flow definition is invalid: step 'approve_each' asks interrupt "
+        "'approve' twice in one execution, and its one answer would answer every ask: give each "
+        "ask its own name (e.g. f'approve-{item.id}')"
+    )
+    assert run.pending_interrupts == [] and "b" not in (run.flow_state or {})
     assert "retry" not in triggers(run_id)

@@ -95,6 +95,11 @@ def _past() -> str:
     return (utcnow() - timedelta(seconds=1)).isoformat()
 
 
+def _no_zone() -> str:
+    """An hour from now, written without its timezone: ``2030-01-01T14:00:00.123456``."""
+    return (utcnow() + timedelta(hours=1)).replace(tzinfo=None).isoformat()
+
+
 REFUSALS: dict[str, tuple[str, str, Case]] = {
     "unknown field": (
         "malformed",
@@ -161,6 +166,12 @@ REFUSALS: dict[str, tuple[str, str, Case]] = {
         "expired",
         "contract expired",
         lambda w: (contract_for(w.interrupt, "alice", expires_at=_past()), w.credential),
+    ),
+    # (read as UTC, a responder's local time made the contract valid hours longer or shorter)
+    "contract expiry without a timezone": (
+        "malformed",
+        "expires_at: needs a timezone, e.g. 2026-12-03T14:00:00Z",
+        lambda w: (contract_for(w.interrupt, "alice", expires_at=_no_zone()), w.credential),
     ),
     "input with unknown field": (
         "invalid_input",
@@ -547,7 +558,12 @@ def test_renewed_review_when_the_evidence_changed(db: str, tasks: TaskRecorder) 
     assert [i.id for i in get_run(run_id).pending_interrupts] == [renewed.id]
     attempt = _last_attempt(old.id)
     assert (attempt.outcome, attempt.payload) == ("renewed_review_required", contract)
-    # And the flow was notified of the new interrupt, after it committed
+    # And the flow is notified of the new interrupt, after it committed, by its own tasks
+    assert [t.notice.interrupt_id for t in tasks.pending if t.notice is not None] == [
+        renewed.id,
+        renewed.id,
+    ]
+    tasks.drain()
     assert len(redis.lrange(f"notified:{run_id}", 0, -1)) == 2
     # And the old contract can no longer release anything
     again = submit_resume(contract_for(old, "alice"), credential)

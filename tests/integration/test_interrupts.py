@@ -256,10 +256,15 @@ def test_the_notifier_sees_the_committed_interrupt(db: str, tasks: TaskRecorder)
     assert redis.lrange(f"notified:{run_id}", 0, -1) == []
     interrupt = drain_pending(run_id)
     notes = [json.loads(n) for n in redis.lrange(f"notified:{run_id}", 0, -1)]
-    # Called once, by the step's execution (not at enqueue), after the commit: a fresh
-    # transaction already found it. (That a worker process calls it: tests/acceptance.)
+    # Called once, by its notify task (published by the step's execution, not at enqueue),
+    # after the commit: a fresh transaction already found it. (That a worker process calls
+    # it: tests/acceptance.)
     assert notes == [
         {"id": interrupt.id, "name": "approve", "visible": "pending", "pid": notes[0]["pid"]}
+    ]
+    assert [t.notice.notifier for t in tasks.published if t.notice is not None] == [
+        "record_notification",
+        "failing_notifier",
     ]
 
 
@@ -383,16 +388,18 @@ def test_a_failing_notifier_is_one_line_naming_it_and_the_interrupt(
     redis.set("price:sku-2", "3")
     run_id = enqueue_run("priced", {"sku": "sku-2"})
     redis.set(f"notifier-fails:{run_id}", "1")
-    with caplog.at_level("DEBUG", logger="worker.interrupts"):
+    with caplog.at_level("DEBUG", logger="worker.notifications"):
         interrupt = drain_pending(run_id)
-    # The run waits, the other notifier was called, and the failure is one warning line
+    # The run waits, the other notifier was called once, and the failure, once its retries
+    # (INTERLUDE_NOTIFY_RETRIES, 5) are spent, is one warning line
     assert len(redis.lrange(f"notified:{run_id}", 0, -1)) == 1
     [warning] = [r for r in caplog.records if r.levelname == "WARNING"]
     assert warning.getMessage() == (
-        f"interrupt notifier failing_notifier failed for interrupt {interrupt.id}: "
-        "RuntimeError: webhook said 500\\nsecond line"
+        f"interrupt notifier failing_notifier failed for interrupt {interrupt.id} (attempt 6, "
+        "the last): RuntimeError: webhook said 500\\nsecond line"
     )
     assert warning.exc_info is None
-    # (its traceback is there at debug level, not chained to the step's signal)
-    [debug] = [r for r in caplog.records if r.levelname == "DEBUG" and r.exc_info]
-    assert debug.exc_info is not None and debug.exc_info[1].__context__ is None
+    # (each attempt's traceback is there at debug level, chained to nothing of the step's)
+    debugs = [r for r in caplog.records if r.levelname == "DEBUG" and r.exc_info]
+    assert len(debugs) == 6
+    assert all(r.exc_info is not None and r.exc_info[1].__context__ is None for r in debugs)

@@ -8,7 +8,7 @@ from models.errors import ConfigurationError
 from models.settings import Settings, get_settings, reset_settings
 from worker import app
 from worker.app import create_app
-from worker.tasknames import QUEUE_MAINTENANCE, QUEUE_RESUMES, QUEUE_STEPS
+from worker.tasknames import QUEUE_MAINTENANCE, QUEUE_NOTIFY, QUEUE_RESUMES, QUEUE_STEPS
 
 
 def test_json_only_late_acks_prefetch_one_and_no_task_events() -> None:
@@ -47,13 +47,32 @@ def test_each_task_has_a_stable_name_and_its_own_queue() -> None:
     assert routes["interlude.resume_run"] == {"queue": QUEUE_RESUMES}
     assert routes["interlude.sweep_expired"] == {"queue": QUEUE_MAINTENANCE}
     assert routes["interlude.reap"] == {"queue": QUEUE_MAINTENANCE}
-    assert {"interlude.run_step", "interlude.resume_run"} <= set(app.tasks)
+    assert routes["interlude.notify"] == {"queue": QUEUE_NOTIFY}
+    assert {"interlude.run_step", "interlude.resume_run", "interlude.notify"} <= set(app.tasks)
+
+
+def test_a_notifier_call_has_the_time_limits_of_the_settings(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The default: 30 s soft (SoftTimeLimitExceeded in the call), the child killed 10 s later
+    task = app.tasks["interlude.notify"]
+    assert (task.soft_time_limit, task.time_limit) == (30.0, 40.0)
+    # ... and a pool child killed there does not get the task again (nothing would bound that)
+    assert task.reject_on_worker_lost is False
+    # Given INTERLUDE_NOTIFY_TIMEOUT_SECONDS, When the app is configured, Then it sets them
+    monkeypatch.setenv("INTERLUDE_NOTIFY_TIMEOUT_SECONDS", "2.5")
+    other = create_app(Settings())
+    app.set_current()
+    assert other.conf.task_annotations["interlude.notify"] == {
+        "soft_time_limit": 2.5,
+        "time_limit": 12.5,
+    }
 
 
 def test_a_message_for_one_queue_cannot_reach_another() -> None:
     # Queues that share an exchange and routing key all receive every message published to it.
     bindings = {(q.exchange.name, q.routing_key) for q in app.amqp.queues.values()}
-    assert len(bindings) == len(app.amqp.queues) == 3
+    assert len(bindings) == len(app.amqp.queues) == 4
 
 
 def test_redis_urls_get_interludes_transport_and_other_brokers_keep_kombus() -> None:

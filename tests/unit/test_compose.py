@@ -277,14 +277,19 @@ def test_every_queue_has_a_worker_and_the_maintenance_queue_its_own(
     compose: dict[str, Any],
 ) -> None:
     from beat_schedule import beat_schedule
-    from worker.tasknames import QUEUE_MAINTENANCE, QUEUE_RESUMES, QUEUE_STEPS
+    from worker.app import app
+    from worker.tasknames import QUEUE_MAINTENANCE, QUEUE_NOTIFY, QUEUE_RESUMES, QUEUE_STEPS
 
     def queues(name: str) -> set[str]:
         command = command_of(compose["services"][name])
         return set(command[command.index("-Q") + 1].split(","))
 
     # Every queue interlude publishes to is consumed; beat's tasks never wait behind steps
-    everything = {QUEUE_STEPS, QUEUE_RESUMES, QUEUE_MAINTENANCE}
+    everything = {QUEUE_STEPS, QUEUE_RESUMES, QUEUE_MAINTENANCE, QUEUE_NOTIFY}
+    assert {queue.name for queue in app.conf.task_queues} == everything
     assert queues("worker") | queues("maintenance") == everything
+    # The notifiers run on the step workers, a prefork pool: there their time limit holds
+    assert QUEUE_NOTIFY in queues("worker")
+    assert not {"-P", "--pool"} & set(command_of(compose["services"]["worker"]))
     assert queues("maintenance") == {entry["options"]["queue"] for entry in beat_schedule.values()}
     assert not queues("worker") & queues("maintenance")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -101,6 +101,36 @@ def test_a_contract_with_a_flaw_is_refused(change: dict[str, Any], where: str) -
     with pytest.raises(ValidationError) as caught:
         ResumeContract.model_validate(_contract(**change))
     assert where in {".".join(str(p) for p in e["loc"]) for e in caught.value.errors()}
+
+
+@pytest.mark.parametrize(
+    ("naive", "aware"),
+    [
+        ("2030-01-01T14:00:00", "2030-01-01T14:00:00Z"),
+        ("2030-01-01T15:00:00", "2030-01-01T15:00:00+01:00"),
+        ("2030-01-01 09:00", "2030-01-01T09:00:00-05:00"),
+        ("2030-01-01", 1893506400),  # (a Unix time is in UTC)
+        (datetime(2030, 1, 1, 14), datetime(2030, 1, 1, 14, tzinfo=UTC)),
+    ],
+)
+def test_a_contract_expiry_needs_a_timezone(naive: Any, aware: Any) -> None:
+    # (read as UTC, a responder's local time made the contract valid hours longer or shorter)
+    with pytest.raises(ValidationError) as caught:
+        ResumeContract.model_validate(_contract(expires_at=naive))
+    [error] = caught.value.errors()
+    assert error["loc"] == ("expires_at",)
+    assert error["msg"] == (
+        "needs a timezone, e.g. 2026-12-03T14:00:00Z or 2026-12-03T15:00:00+01:00"
+    )
+    # The moment with its timezone is that moment
+    expires_at = ResumeContract.model_validate(_contract(expires_at=aware)).expires_at
+    assert expires_at == datetime(2030, 1, 1, 14, tzinfo=UTC)
+
+
+def test_the_contract_schema_says_expires_at_needs_a_timezone() -> None:
+    described = ResumeContract.model_json_schema()["properties"]["expires_at"]
+    assert described["format"] == "date-time"
+    assert "timezone" in described["description"]
 
 
 @pytest.mark.parametrize("field", ["run_id", "interrupt_id", "evidence_hash", "idempotency_key"])
@@ -205,6 +235,9 @@ def test_a_declaration_becomes_a_complete_spec() -> None:
         ({"evidence": {"when": datetime.now(UTC)}}, "evidence is not JSON"),
         ({"scope": {"x": math.nan}}, "scope is not JSON"),
         ({"expires_in": 0}, "expires_in must be positive"),
+        # (a deadline past what a datetime holds failed the step's commit, outside the step)
+        ({"expires_in": 1e12}, r"expires_in must be at most 3153600000 seconds \(100 years\)"),
+        ({"expires_in": timedelta(days=36600)}, "expires_in must be at most"),
         ({"input": BudgetGrant.__base__}, "is not registered"),
         ({"on_expiry": "escalate"}, "escalate needs escalate_to"),
         ({"on_expiry": "default"}, "default policy needs default="),
@@ -228,6 +261,45 @@ def test_schema_ids_look_like_name_dot_version() -> None:
     for bad in ("approval", "approval.1", "1approval.v1", "approval.vx"):
         with pytest.raises(FlowDefinitionError, match="is not like"):
             parse_schema_id(bad)
+
+
+@pytest.mark.parametrize("schema_id", ["approval.v0", "approval.v00", "approval.v01", "x.v007"])
+def test_schema_versions_start_at_1_and_have_one_spelling(schema_id: str) -> None:
+    # ("x.v01" was "x.v1" under another spelling; flows' versions start at 1 too)
+    with pytest.raises(FlowDefinitionError) as refused:
+        parse_schema_id(schema_id)
+    assert str(refused.value) == (
+        f"flow definition is invalid: schema id {schema_id!r} is not like 'approval.v1' (a "
+        "name, then .v and a version from 1, without leading zeros)"
+    )
+    with pytest.raises(FlowDefinitionError, match="without leading zeros"):
+        input_schema(schema_id)
+    assert parse_schema_id("approval.v10") == ("approval", 10)
+
+
+@pytest.mark.parametrize("schema_id", ["approval.v1\n", 1, None])
+def test_a_schema_id_is_one_str_and_nothing_after_it(schema_id: Any) -> None:
+    with pytest.raises(FlowDefinitionError, match=r"is not like 'approval\.v1'"):
+        parse_schema_id(schema_id)
+
+
+@pytest.mark.parametrize(
+    ("schema_id", "shown"),
+    [
+        ("x" * 201 + ".v1", "x" * 57 + "..."),
+        ("approval.v2147483648", "approval.v2147483648"),
+    ],
+)
+def test_a_schema_id_fits_the_columns_that_store_it(schema_id: str, shown: str) -> None:
+    # (beyond them, every step asking with it failed at its commit, outside the step, and its
+    # run sat in running until the reaper; PostgreSQL only, SQLite stores anything)
+    with pytest.raises(FlowDefinitionError) as refused:
+        parse_schema_id(schema_id)
+    assert str(refused.value) == (
+        f"flow definition is invalid: schema id {shown!r}: a name of at most 200 characters "
+        "and a version of at most 2147483647"
+    )
+    assert parse_schema_id("x" * 200 + ".v2147483647") == ("x" * 200, 2147483647)
 
 
 # --- the step's view: ctx.interrupt and ctx.consume ---------------------------------------
@@ -291,6 +363,40 @@ def test_answers_are_found_by_name_only() -> None:
     assert caught.value.decl.name == "second"
 
 
+def test_an_interrupt_asked_twice_in_one_execution_is_the_flows_bug() -> None:
+    # Given a step that asks "review" per item, and the first ask was answered
+    answered = _answer("review", "approved", {"verdict": "ok"})
+    ctx = _ctx(answered)
+    assert _ask(ctx).approved
+    # When it asks "review" again in the same execution, Then it is refused: its one answer
+    # would approve every item
+    with pytest.raises(FlowDefinitionError) as refused:
+        _ask(ctx)
+    assert str(refused.value) == (
+        "flow definition is invalid: step 's' asks interrupt 'review' twice in one execution, "
+        "and its one answer would answer every ask: give each ask its own name "
+        "(e.g. f'review-{item.id}')"
+    )
+    # (and if the step catches it, nothing more happens: an effect raises it again)
+    with pytest.raises(FlowDefinitionError, match="asks interrupt 'review' twice"):
+        ctx.effect("pay", lambda **_: None)
+    # The step's next execution (after a resume, from the top) gets its answer again
+    again = _ctx(answered)
+    assert _ask(again).approved
+    # and a name of its own asks anew
+    with pytest.raises(Suspend) as caught:
+        _ask(again, "review-2")
+    assert caught.value.decl.name == "review-2"
+
+
+def test_an_unanswered_interrupt_asked_again_after_catching_its_wait_is_refused() -> None:
+    ctx = _ctx()
+    with pytest.raises(Suspend):
+        _ask(ctx)
+    with pytest.raises(FlowDefinitionError, match="asks interrupt 'review' twice"):
+        _ask(ctx)
+
+
 def test_consume_within_the_allowance_needs_no_interrupt() -> None:
     ctx = _ctx()
     ctx.consume(4)
@@ -301,6 +407,19 @@ def test_consume_within_the_allowance_needs_no_interrupt() -> None:
     unlimited = _ctx(budget_allowance=None)
     unlimited.consume(1e9)
     assert unlimited.budget_consumed == 1e9
+
+
+@pytest.mark.parametrize("units", [math.nan, math.inf, -math.inf, "5", True, None])
+def test_consume_refuses_what_is_not_a_finite_number(units: Any) -> None:
+    # (NaN made every later comparison false: the run's allowance never ran out again)
+    for allowance in (10.0, None):
+        ctx = _ctx(budget_consumed=2.0, budget_allowance=allowance)
+        with pytest.raises(ValueError) as refused:
+            ctx.consume(units)
+        assert str(refused.value) == (
+            f"budget units must be a finite number, not negative, got {units!r}"
+        )
+        assert ctx.budget_consumed == 2.0
 
 
 def test_consume_past_the_allowance_waits_for_a_grant() -> None:

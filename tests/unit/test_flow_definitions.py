@@ -274,6 +274,142 @@ def test_migrates_from_takes_a_version_number() -> None:
         flow.migrates_from("1")(lambda state: state)  # type: ignore[arg-type]
 
 
+# --- revalidations and reconcilers: one per name ------------------------------------------
+
+
+def _recheck(context: Any) -> Any:
+    return None
+
+
+def _find(key: str) -> Any:
+    return None
+
+
+def test_a_second_revalidation_of_one_interrupt_is_refused() -> None:
+    flow = Flow("flowdef_revalidate", version=2)
+    flow.revalidate("approve")(_recheck)
+
+    def other(context: Any) -> Any:
+        return {}
+
+    with pytest.raises(FlowDefinitionError) as refused:
+        flow.revalidate("approve")(other)
+    assert _one_line(refused) == (
+        "flow definition is invalid: flow 'flowdef_revalidate' v2: interrupt 'approve' has a "
+        "@flow.revalidate already: one interrupt, one revalidation"
+    )
+    # The first stays; another interrupt has its own
+    flow.revalidate("approve-2")(other)
+    assert flow.revalidators == {"approve": _recheck, "approve-2": other}
+
+
+def test_a_second_reconciler_of_one_effect_is_refused() -> None:
+    flow = Flow("flowdef_reconciler", version=3)
+    flow.reconciler("pay")(_find)
+    with pytest.raises(FlowDefinitionError) as refused:
+        flow.reconciler("pay")(lambda key: None)
+    assert _one_line(refused) == (
+        "flow definition is invalid: flow 'flowdef_reconciler' v3: effect 'pay' has a "
+        "@flow.reconciler already: one effect, one reconciler"
+    )
+    assert flow.reconcilers == {"pay": _find}
+
+
+def test_a_second_migration_from_one_version_is_refused() -> None:
+    flow = Flow("flowdef_migration", version=3)
+
+    def first(state: dict[str, Any]) -> dict[str, Any]:
+        return state
+
+    flow.migrates_from(1)(first)
+    with pytest.raises(FlowDefinitionError) as refused:
+        flow.migrates_from(1)(lambda state: {})
+    assert _one_line(refused) == (
+        "flow definition is invalid: flow 'flowdef_migration' v3 has a @flow.migrates_from(1) "
+        "already: one version, one migration"
+    )
+    assert flow.migrations == {1: first}
+
+
+@pytest.mark.parametrize("what", ["revalidate", "reconciler"])
+@pytest.mark.parametrize("name", ["", None, 7, b"approve", ["approve"]])
+def test_a_revalidation_or_reconciler_needs_a_name(what: str, name: Any) -> None:
+    flow = Flow("flowdef_unnamed")
+    kind = "interrupt" if what == "revalidate" else "effect"
+    with pytest.raises(FlowDefinitionError) as refused:
+        getattr(flow, what)(name)
+    assert _one_line(refused) == (
+        f"flow definition is invalid: flow 'flowdef_unnamed' v1: @flow.{what} needs an {kind} "
+        f"name (a non-empty str), got {name!r}: write @flow.{what}('name')"
+    )
+    assert (flow.revalidators, flow.reconcilers) == ({}, {})
+
+
+@pytest.mark.parametrize(("what", "fn"), [("revalidate", _recheck), ("reconciler", _find)])
+def test_a_revalidation_or_reconciler_decorator_without_parentheses_is_refused(
+    what: str, fn: Any
+) -> None:
+    # (it bound the function to the name and registered nothing, silently)
+    flow = Flow("flowdef_bare_decorator")
+    with pytest.raises(FlowDefinitionError, match=rf"write @flow\.{what}\('name'\)"):
+        getattr(flow, what)(fn)
+    assert (flow.revalidators, flow.reconcilers) == ({}, {})
+
+
+@pytest.mark.parametrize("what", ["revalidate", "reconciler"])
+def test_a_revalidation_or_reconciler_is_a_function(what: str) -> None:
+    flow = Flow("flowdef_not_a_function")
+    with pytest.raises(FlowDefinitionError, match="'gate' is not a function"):
+        getattr(flow, what)("gate")("not a function")
+
+
+RECHECKED = """
+from worker import Flow
+
+flow = Flow("flowdef_rechecked", version=1)
+
+@flow.step()
+def only(ctx):
+    return None
+
+@flow.revalidate("approve")
+def recheck(context):
+    return None
+
+@flow.reconciler("pay")
+def find(key):
+    return None
+"""
+
+
+def test_a_module_may_be_imported_again_but_not_revalidate_one_interrupt_twice(
+    flow_files: FlowFiles,
+) -> None:
+    # Given a flow module with a revalidation and a reconciler, run as __main__ and imported
+    # by name: each builds the flow anew, so neither is refused
+    module = flow_files.write("flowdef_rechecked", RECHECKED)
+    runpy.run_path(str(flow_files.path(module)), run_name="__main__")
+    imported = importlib.import_module(module)
+    flow = get_flow("flowdef_rechecked", 1)
+    assert flow is imported.flow
+    assert (flow.revalidators, flow.reconcilers) == (
+        {"approve": imported.recheck},
+        {"pay": imported.find},
+    )
+    # When a module revalidates one interrupt twice (say, a copy pasted under another name)
+    twice = flow_files.write(
+        "flowdef_rechecked_twice",
+        RECHECKED.replace('"flowdef_rechecked"', '"flowdef_twice"')
+        + '\n@flow.revalidate("approve")\ndef recheck_again(context):\n    return {}\n',
+    )
+    # Then its import is refused, naming the flow, its version and the interrupt
+    with pytest.raises(FlowDefinitionError) as refused:
+        importlib.import_module(twice)
+    assert "flow 'flowdef_twice' v1: interrupt 'approve' has a @flow.revalidate already" in (
+        _one_line(refused)
+    )
+
+
 # --- start= (L7) -------------------------------------------------------------------------
 
 

@@ -67,6 +67,9 @@ def test_the_numeric_settings_are_the_expected_ones() -> None:
             "reap_interval",
             "effect_margin",
             "effect_grace",
+            "notify_timeout_seconds",
+            "notify_retries",
+            "notify_backoff",
         ]
     )
 
@@ -110,6 +113,13 @@ def test_every_numeric_setting_is_bounded_both_ways_and_finite(field: str) -> No
         ("INTERLUDE_WEB_PORT", "-1", "a whole number at least 1 and at most 65535"),
         ("INTERLUDE_METRICS_PORT", "-1", "a whole number at least 0 and at most 65535"),
         ("INTERLUDE_WEB_SESSION_SECONDS", "-1", "a whole number at least 1"),
+        # A notify task must end (and a retry be due) within Redis's visibility timeout.
+        ("INTERLUDE_NOTIFY_TIMEOUT_SECONDS", "0", "a number above 0 and at most 3000, like 5"),
+        ("INTERLUDE_NOTIFY_TIMEOUT_SECONDS", "3600", "a number above 0 and at most 3000"),
+        ("INTERLUDE_NOTIFY_RETRIES", "-1", "a whole number at least 0 and at most 100, like 5"),
+        ("INTERLUDE_NOTIFY_RETRIES", "1000", "a whole number at least 0 and at most 100"),
+        ("INTERLUDE_NOTIFY_BACKOFF", "nan", "a number at least 0 and at most 600"),
+        ("INTERLUDE_NOTIFY_BACKOFF", "3600", "a number at least 0 and at most 600"),
         # A value of the wrong type says the same, range included.
         ("INTERLUDE_LEASE_SECONDS", "abc", "a number above 0 and at most 3153600000, like 5"),
         ("INTERLUDE_MAX_CLAIMS", "2.5", "a whole number at least 0"),
@@ -133,12 +143,16 @@ def test_the_bounds_themselves_are_accepted(monkeypatch: pytest.MonkeyPatch) -> 
         "EFFECT_MARGIN": "0",
         "EFFECT_GRACE": "0",
         "REDISPATCH_AFTER": "0.5",
+        "NOTIFY_TIMEOUT_SECONDS": "3000",
+        "NOTIFY_RETRIES": "0",
+        "NOTIFY_BACKOFF": "0",
     }.items():
         monkeypatch.setenv(f"{ENV_PREFIX}{name}", value)
     reset_settings()
     settings = get_settings()
     assert settings.sweep_interval == 0.1 and settings.max_claims == 0
     assert settings.web_port == 65535
+    assert (settings.notify_timeout_seconds, settings.notify_retries) == (3000, 0)
 
 
 @pytest.mark.parametrize(
