@@ -231,3 +231,22 @@ def statements_sent(url: str) -> Iterator[list[str]]:
         yield sent
     finally:
         event.remove(engine, "before_cursor_execute", seen)
+
+
+@contextmanager
+def broker_down() -> Iterator[list[str]]:
+    """Every step publish of this process is refused meanwhile, as by a broker that is down;
+    yields the runs whose publish was refused, in order."""
+    from worker import dispatch
+
+    refused: list[str] = []
+
+    def refuse(name: str, run_id: str, **_: Any) -> None:
+        refused.append(run_id)
+        raise ConnectionError("broker down")
+
+    previous = dispatch.set_publisher(refuse)
+    try:
+        yield refused
+    finally:
+        dispatch.set_publisher(previous)

@@ -11,7 +11,7 @@ import re
 import threading
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
@@ -34,6 +34,7 @@ Revalidator = Callable[["RevalidationContext"], Any]
 Notifier = Callable[[InterruptView], None]
 # Turns the flow state a run checkpointed under an older version into this version's state.
 Migration = Callable[[dict[str, Any]], dict[str, Any]]
+F = TypeVar("F", bound=Callable[..., Any])
 
 DEFAULT_RETRIES = 3
 DEFAULT_BACKOFF = 1.0
@@ -146,29 +147,7 @@ class Flow:
 
     def revalidate(self, interrupt_name: str) -> Callable[[Revalidator], Revalidator]:
         """Register a function that recomputes an interrupt's evidence at resume time."""
-        where = f"flow {self.name!r} v{self.version}"
-        if not isinstance(interrupt_name, str) or not interrupt_name:
-            # (``@flow.revalidate`` without parentheses would register nothing, silently.)
-            raise FlowDefinitionError(
-                detail=f"{where}: @flow.revalidate needs an interrupt name (a non-empty str), "
-                f"got {interrupt_name!r}: write @flow.revalidate('name')"
-            )
-
-        def decorate(fn: Revalidator) -> Revalidator:
-            if not callable(fn):
-                raise FlowDefinitionError(
-                    detail=f"{where}: revalidation of {interrupt_name!r} is not a function"
-                )
-            if interrupt_name in self.revalidators:
-                # A second would replace the first, silently.
-                raise FlowDefinitionError(
-                    detail=f"{where}: interrupt {interrupt_name!r} has a @flow.revalidate "
-                    "already: one interrupt, one revalidation"
-                )
-            self.revalidators[interrupt_name] = fn
-            return fn
-
-        return decorate
+        return self._registrar(self.revalidators, interrupt_name, "revalidate", "revalidation")
 
     def reconciler(
         self, effect_name: str
@@ -178,26 +157,31 @@ class Flow:
         Used when ``ctx.effect`` is given no ``reconcile=`` and by the resume path, which
         settles a run's pending effects before its step executes again.
         """
+        return self._registrar(self.reconcilers, effect_name, "reconciler", "reconciler")
+
+    def _registrar(
+        self, table: dict[str, F], name: str, decorator: str, what: str
+    ) -> Callable[[F], F]:
+        """The decorator of ``@flow.<decorator>(name)``: one ``what`` per name, in ``table``."""
         where = f"flow {self.name!r} v{self.version}"
-        if not isinstance(effect_name, str) or not effect_name:
-            # (``@flow.reconciler`` without parentheses would register nothing, silently.)
+        kind = "interrupt" if decorator == "revalidate" else "effect"
+        if not isinstance(name, str) or not name:
+            # (Without parentheses, the decorator would register nothing, silently.)
             raise FlowDefinitionError(
-                detail=f"{where}: @flow.reconciler needs an effect name (a non-empty str), "
-                f"got {effect_name!r}: write @flow.reconciler('name')"
+                detail=f"{where}: @flow.{decorator} needs an {kind} name (a non-empty str), "
+                f"got {name!r}: write @flow.{decorator}('name')"
             )
 
-        def decorate(fn: Callable[[str], Any]) -> Callable[[str], Any]:
+        def decorate(fn: F) -> F:
             if not callable(fn):
-                raise FlowDefinitionError(
-                    detail=f"{where}: reconciler of {effect_name!r} is not a function"
-                )
-            if effect_name in self.reconcilers:
+                raise FlowDefinitionError(detail=f"{where}: {what} of {name!r} is not a function")
+            if name in table:
                 # A second would replace the first, silently.
                 raise FlowDefinitionError(
-                    detail=f"{where}: effect {effect_name!r} has a @flow.reconciler already: "
-                    "one effect, one reconciler"
+                    detail=f"{where}: {kind} {name!r} has a @flow.{decorator} already: "
+                    f"one {kind}, one {what}"
                 )
-            self.reconcilers[effect_name] = fn
+            table[name] = fn
             return fn
 
         return decorate

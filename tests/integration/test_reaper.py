@@ -13,10 +13,10 @@ from models.db import transaction, utcnow
 from models.settings import get_settings
 from models.tables import Checkpoint, Event, Run
 from tests.flows.effects import applied, calls
+from tests.services import broker_down
 from worker import (
     ResumeContract,
     add_actor,
-    dispatch,
     enqueue_run,
     get_run,
     list_interrupts,
@@ -197,15 +197,9 @@ def test_a_republish_the_broker_refused_is_tried_again_at_the_next_pass(
     assert reap(now=now) == 0
 
     # When the reaper's next republish of it fails (the broker is down)
-    def broker_down(*_: Any, **__: Any) -> None:
-        raise ConnectionError("broker down")
-
-    previous = dispatch.set_publisher(broker_down)
-    try:
-        later = now + timedelta(minutes=10)
+    later = now + timedelta(minutes=10)
+    with broker_down():
         assert reap(now=later) == 1
-    finally:
-        dispatch.set_publisher(previous)
     assert tasks.pending == []
     # Then the failed publish does not count as one: the next pass sends it, once
     next_pass = later + timedelta(seconds=10)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 from datetime import timedelta
 from types import SimpleNamespace
-from typing import Any
 
 import pytest
 from sqlalchemy import func, select
@@ -13,7 +12,8 @@ from sqlalchemy import func, select
 from models.db import transaction, utcnow
 from models.tables import Run
 from tests.integration.test_reaper import _claimed_by_dead_worker, _queued, _set_fields
-from worker import dispatch, reaper
+from tests.services import broker_down
+from worker import reaper
 from worker.reaper import reap
 from worker.tasknames import TASK_STEP
 from worker.testing import TaskRecorder
@@ -89,19 +89,10 @@ def test_a_refused_publish_ends_the_pass_and_nothing_claims_a_republish(
 ) -> None:
     # Given more lost dispatches than one batch holds, while the broker is down
     runs = _lost_dispatches(2 * BATCH + 2)
-    refused: list[str] = []
-
-    def broker_down(*args: Any, **_: Any) -> None:
-        refused.append(args[1])
-        raise ConnectionError("broker down")
-
-    previous = dispatch.set_publisher(broker_down)
     caplog.set_level(logging.WARNING, logger="worker")
-    try:
-        # When the reaper passes
+    # When the reaper passes
+    with broker_down() as refused:
         reap(batch=BATCH)
-    finally:
-        dispatch.set_publisher(previous)
     # Then it stopped at the first refusal, and logged no republish that did not happen
     assert len(refused) == 1
     messages = [r.getMessage() for r in caplog.records]
@@ -120,15 +111,8 @@ def test_requeued_runs_the_broker_refused_are_published_at_the_next_pass(
 ) -> None:
     # Given runs of dead workers, requeued while the broker is down
     runs = [_claimed_by_dead_worker() for _ in range(3)]
-
-    def broker_down(*_: Any, **__: Any) -> None:
-        raise ConnectionError("broker down")
-
-    previous = dispatch.set_publisher(broker_down)
-    try:
+    with broker_down():
         assert reap(batch=BATCH) == len(runs)
-    finally:
-        dispatch.set_publisher(previous)
     assert _in_state("queued") == len(runs)
     # When the broker is back, the next pass publishes them without waiting for a dispatch
     # that never went out
@@ -141,16 +125,9 @@ def test_a_republish_is_logged_only_once_the_broker_took_it(
 ) -> None:
     # Given a lost dispatch, republished while the broker is down
     _lost_dispatches(1)
-
-    def broker_down(*_: Any, **__: Any) -> None:
-        raise ConnectionError("broker down")
-
-    previous = dispatch.set_publisher(broker_down)
     caplog.set_level(logging.WARNING, logger="worker")
-    try:
+    with broker_down():
         assert reap() == 1
-    finally:
-        dispatch.set_publisher(previous)
     # Then the log says the publish failed, and nothing says it was republished
     messages = [r.getMessage() for r in caplog.records]
     assert [m for m in messages if "publish failed" in m] != []

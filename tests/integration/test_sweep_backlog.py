@@ -15,7 +15,8 @@ from sqlalchemy import select, text
 from models.db import transaction, utcnow
 from models.tables import Interrupt, Run
 from tests.integration.test_reaper_backlog import Clock
-from worker import dispatch, enqueue_run, get_run, sweeps
+from tests.services import broker_down
+from worker import enqueue_run, get_run, sweeps
 from worker.reaper import reap
 from worker.sweeps import SweepReport, sweep_report
 from worker.testing import TaskRecorder, drain
@@ -89,18 +90,9 @@ def test_a_refused_resume_ends_the_publishing_and_the_reaper_sends_them(
 ) -> None:
     # Given runs answered by their default while the broker is down
     runs = _waiting(4, policy="default")
-    refused: list[str] = []
-
-    def broker_down(*args: Any, **_: Any) -> None:
-        refused.append(args[1])
-        raise ConnectionError("broker down")
-
-    previous = dispatch.set_publisher(broker_down)
     caplog.set_level(logging.WARNING, logger="worker")
-    try:
+    with broker_down() as refused:
         report = sweep_report(now=_later())
-    finally:
-        dispatch.set_publisher(previous)
     # Then every default was applied, the broker was asked once, and the sweep says so
     assert report == SweepReport(handled=4, not_published=4)
     assert len(refused) == 1
