@@ -44,6 +44,12 @@ class NotifierFailedError(InterludeError):
     # so that Flower and the worker's log see the task retry or fail.
 
 
+class AnswerUnreadableError(InterludeError):
+    """the accepted answer to interrupt {name!r} does not fit schema {schema} in this worker's
+    code ({detail}): deploy the code the interrupt was asked with, or ask under a new schema
+    version"""
+
+
 class FlowVersionError(InterludeError):
     """run {run_id} needs flow {flow!r} version {version}; this worker has {available}"""
 

@@ -15,7 +15,7 @@ from models.contracts import InterruptDecl
 from models.db import transaction
 from models.effects import LedgerEntry, Outcome
 from models.enums import Decision, InterruptKind
-from models.errors import BudgetRejectedError, FlowDefinitionError
+from models.errors import AnswerUnreadableError, BudgetRejectedError, FlowDefinitionError
 from models.settings import DEFAULT_LEASE_SECONDS
 from worker.declarations import InterruptArgs, Suspend, declare
 from worker.effects import perform
@@ -101,13 +101,9 @@ class StepContext:
         if found is None:
             return None
         value: BaseModel | None = None
-        model = lookup(found.schema_name, found.schema_version)
         # A rejection may carry input too (a reason, say); it was validated like any other.
-        if model is not None and (found.decision == Decision.APPROVED.value or found.resume_input):
-            try:
-                value = model.model_validate(found.resume_input or {})
-            except ValidationError:
-                value = None
+        if found.decision == Decision.APPROVED.value or found.resume_input:
+            value = _answer(found)
         return Resume(found.id, Decision(found.decision), value, found.resolved_by)
 
     def interrupt(self, name: str, **declaration: Unpack[InterruptArgs]) -> Resume:
@@ -220,3 +216,29 @@ class StepContext:
             fencing_token=pass_fencing_token,
         )
         return result
+
+
+def _answer(found: ResolvedInterrupt) -> BaseModel:
+    """The accepted input of ``found``, read with this worker's model of its schema.
+
+    The gateway validated it against the model the interrupt was asked with. A worker whose
+    code registers no such schema, or another model under the same id, cannot read it: the
+    step fails (and is retried, by this worker or one with the right code) rather than go on
+    with no input, which a step may well read as "no limit".
+    """
+    schema = f"{found.schema_name}.v{found.schema_version}"
+    model = lookup(found.schema_name, found.schema_version)
+    if model is None:
+        raise AnswerUnreadableError(
+            name=found.name, schema=schema, detail="that schema is not registered here"
+        )
+    try:
+        return model.model_validate(found.resume_input or {})
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"]) or "input"
+        raise AnswerUnreadableError(
+            name=found.name,
+            schema=schema,
+            detail=f"{exc.error_count()} error(s), first at {where}: {first['msg']}",
+        ) from None

@@ -19,12 +19,13 @@ from models.contracts import (
     evidence_hash,
 )
 from models.enums import Decision, ExpiryPolicy, InterruptKind, ResumeOutcome
-from models.errors import BudgetRejectedError, FlowDefinitionError
+from models.errors import AnswerUnreadableError, BudgetRejectedError, FlowDefinitionError
 from worker.actors import hash_credential
 from worker.context import ResolvedInterrupt, StepContext
 from worker.declarations import Suspend, declare
 from worker.flows import Flow
 from worker.gateway import MAX_PAYLOAD_CHARS, _payload
+from worker.runtime import PERMANENT_ERRORS
 from worker.schemas import BudgetGrant, input_schema, json_schema_of, parse_schema_id
 
 
@@ -353,6 +354,23 @@ def test_a_rejection_returns_its_input_or_none() -> None:
     assert (bare.decision, bare.input, bare.approved) == (Decision.REJECTED, None, False)
     reasoned = _ask(_ctx(_answer("review", "rejected", {"verdict": "no"})))
     assert reasoned.input == Review(verdict="no")
+
+
+def test_an_answer_this_workers_model_cannot_read_fails_the_step_not_silently() -> None:
+    # Given an answer accepted against the model the interrupt was asked with, which this
+    # worker's code has changed under the same schema id (score is no longer free text)
+    ctx = _ctx(_answer("review", "approved", {"verdict": "ok", "score": "high"}))
+    # When the step asks, Then it fails (retried: another worker may have the right code)
+    # rather than get an approval with no input, which it could read as "no conditions"
+    with pytest.raises(AnswerUnreadableError) as refused:
+        _ask(ctx)
+    assert str(refused.value) == (
+        "the accepted answer to interrupt 'review' does not fit schema unit_review.v3 in this "
+        "worker's code (1 error(s), first at score: Input should be a valid integer, unable to "
+        "parse string as an integer): deploy the code the interrupt was asked with, or ask "
+        "under a new schema version"
+    )
+    assert not isinstance(refused.value, PERMANENT_ERRORS)
 
 
 def test_answers_are_found_by_name_only() -> None:
