@@ -10,7 +10,7 @@ from typing import Annotated, Any, Literal, get_args
 from annotated_types import Ge, Gt, Le
 from pydantic import Field, ValidationError, field_validator
 from pydantic.fields import FieldInfo
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
 
 from models.errors import ConfigurationError
 
@@ -51,10 +51,10 @@ DEFAULT_EFFECT_GRACE = 15.0
 DEFAULT_NOTIFY_TIMEOUT_SECONDS = 30.0
 DEFAULT_NOTIFY_RETRIES = 5
 DEFAULT_NOTIFY_BACKOFF = 2.0
-# A notify task must end well within Redis's visibility timeout (3600 s), after which the broker
-# hands a message still being worked on to another worker; so must a retry's countdown, which
-# loops past it.
-LONGEST_NOTIFY_SECONDS = 3000.0
+# A notify task (its call, and its hard limit 10 s after) must end well within RabbitMQ's
+# default consumer_timeout (1800 s), after which the broker closes the channel of a worker still
+# holding the message; a retry's countdown (the message is held unacknowledged meanwhile) too.
+LONGEST_NOTIFY_SECONDS = 1500.0
 LONGEST_NOTIFY_BACKOFF = 600.0
 MOST_NOTIFY_RETRIES = 100
 
@@ -81,7 +81,9 @@ _URL_SCHEME = re.compile(r"([\w+]+)://")
 # Brokers checked without importing kombu; any other scheme must be one of kombu's transports.
 COMMON_BROKERS = frozenset({"redis", "rediss", "amqp", "amqps", "pyamqp", "filesystem", "memory"})
 # Never echoed in an error: they may hold a password.
-_SECRET_FIELDS = frozenset({"database_url", "broker_url", "notify_webhook_url"})
+_SECRET_FIELDS = frozenset(
+    {"database_url", "broker_url", "broker_transport_options", "notify_webhook_url"}
+)
 
 
 class Settings(BaseSettings):
@@ -91,6 +93,9 @@ class Settings(BaseSettings):
 
     database_url: str = DEFAULT_DATABASE_URL
     broker_url: str = DEFAULT_BROKER_URL
+    # Celery's broker_transport_options, over interlude's own (worker.app.broker_options): a
+    # JSON object, e.g. {"master_name": "mymaster"} for a sentinel:// URL.
+    broker_transport_options: dict[str, Any] = Field(default_factory=dict)
     # Folder for the filesystem broker (the embedded default).
     broker_folder: Path = DEFAULT_HOME / "broker"
     flows: str = ""
@@ -174,6 +179,12 @@ def get_settings() -> Settings:
         return Settings()
     except ValidationError as exc:
         raise ConfigurationError(detail=_first_problem(exc)) from None
+    except SettingsError as exc:
+        # A field read as JSON (the transport options) whose value is not JSON; the value
+        # itself is not echoed (it may hold a password).
+        found = re.search(r'field "(\w+)"', str(exc))
+        name = f"{ENV_PREFIX}{found.group(1).upper()}" if found else "a setting"
+        raise ConfigurationError(detail=f"{name}: not JSON; give a JSON object") from None
 
 
 def _first_problem(exc: ValidationError) -> str:

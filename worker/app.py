@@ -24,6 +24,9 @@ from worker.tasknames import (
     TASK_SWEEP,
 )
 
+# Seconds a command to Redis (a publish) or a connection to it may take before it fails.
+BROKER_SOCKET_TIMEOUT = 5.0
+
 # After a notify task's soft time limit, its call has this long to end before the pool child is
 # killed (the hard limit: a call deaf to the soft limit, stuck in C code, a handler that
 # swallows it).
@@ -38,6 +41,12 @@ TRANSPORT_ALIASES.update(redis=REDIS_TRANSPORT, rediss=REDIS_TRANSPORT)
 
 
 def broker_options(settings: Settings) -> dict[str, Any]:
+    """Celery's broker_transport_options: interlude's for the broker's kind, and over them
+    ``INTERLUDE_BROKER_TRANSPORT_OPTIONS``."""
+    return {**_own_broker_options(settings), **settings.broker_transport_options}
+
+
+def _own_broker_options(settings: Settings) -> dict[str, Any]:
     if settings.broker_url.startswith("filesystem://"):
         folder = settings.broker_folder
         for sub in ("queue", "processed", "control"):
@@ -59,6 +68,18 @@ def broker_options(settings: Settings) -> dict[str, Any]:
     # and republishes dispatches nobody claimed. A pool child that dies still gets its task
     # requeued by the main process (``task_reject_on_worker_lost``). (Other transports ignore
     # the option.)
+    # Socket timeouts: redis-py's default is none, so a broker that stops answering (frozen,
+    # or cut off by the network) held every publish, the one after a step's commit or a
+    # resume's included, for as long as it lasted. A publish that fails is no loss: the run
+    # row is the outbox, and the reaper publishes it again. (The worker's own wait for
+    # messages is a BRPOP of one second, read when the socket is readable: not affected.)
+    if settings.broker_url.startswith(("redis://", "rediss://")):
+        return {
+            "ack_emulation": False,
+            "socket_timeout": BROKER_SOCKET_TIMEOUT,
+            "socket_connect_timeout": BROKER_SOCKET_TIMEOUT,
+            "socket_keepalive": True,
+        }
     return {"ack_emulation": False}
 
 
@@ -86,6 +107,13 @@ def create_app(settings: Settings | None = None) -> Celery:
         broker_url=broker_url(settings),
         broker_transport_options=broker_options(settings),
         broker_connection_retry_on_startup=True,
+        # RabbitMQ closes the channel of a worker that holds a delivery past its
+        # consumer_timeout (a long step, a retry's countdown). Without this, Celery takes that
+        # channel error for unrecoverable and the whole worker exits; with it, it reconnects.
+        broker_channel_error_retry=True,
+        # And a lost connection must not cancel running steps (Celery 6 would by default):
+        # each step's lease, not its message, says who owns its run.
+        worker_cancel_long_running_tasks_on_connection_loss=False,
         result_backend=None,
         task_ignore_result=True,
         # One (disabled) result backend for all of a threads-pool worker's threads. Otherwise

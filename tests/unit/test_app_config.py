@@ -7,7 +7,7 @@ import pytest
 from models.errors import ConfigurationError
 from models.settings import Settings, get_settings, reset_settings
 from worker import app
-from worker.app import create_app
+from worker.app import BROKER_SOCKET_TIMEOUT, broker_options, create_app
 from worker.tasknames import QUEUE_MAINTENANCE, QUEUE_NOTIFY, QUEUE_RESUMES, QUEUE_STEPS
 
 
@@ -100,3 +100,45 @@ def test_a_threads_pool_worker_builds_its_result_backend_once() -> None:
     backend = app.backend
     with ThreadPoolExecutor(max_workers=2) as threads:
         assert all(b is backend for b in threads.map(lambda _: app.backend, range(4)))
+
+
+def test_a_broker_channel_error_reconnects_and_cancels_no_step() -> None:
+    # RabbitMQ closes the channel of a worker holding a delivery past its consumer_timeout (a
+    # long step): Celery's default takes that for unrecoverable, and the whole worker exits.
+    assert app.conf.broker_channel_error_retry is True
+    # and a lost connection leaves running steps alone (each step's lease says who owns it)
+    assert app.conf.worker_cancel_long_running_tasks_on_connection_loss is False
+
+
+def test_redis_publishes_time_out_and_transport_options_can_be_given(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Given a Redis broker, the publishes of every process fail after a socket timeout
+    # rather than wait for a broker that stopped answering, for as long as it does
+    monkeypatch.setenv("INTERLUDE_BROKER_URL", "redis://127.0.0.1:6379/0")
+    options = broker_options(Settings())
+    assert options == {
+        "ack_emulation": False,
+        "socket_timeout": BROKER_SOCKET_TIMEOUT,
+        "socket_connect_timeout": BROKER_SOCKET_TIMEOUT,
+        "socket_keepalive": True,
+    }
+    # And INTERLUDE_BROKER_TRANSPORT_OPTIONS (a JSON object) goes over them, as given
+    monkeypatch.setenv(
+        "INTERLUDE_BROKER_TRANSPORT_OPTIONS", '{"master_name": "main", "socket_timeout": 9}'
+    )
+    options = broker_options(Settings())
+    assert (options["master_name"], options["socket_timeout"]) == ("main", 9)
+    assert options["ack_emulation"] is False
+    # And a value that is not a JSON object is refused in one line that does not echo it
+    for bad in ('{"password": "s3cret"', '["s3cret"]'):
+        monkeypatch.setenv("INTERLUDE_BROKER_TRANSPORT_OPTIONS", bad)
+        reset_settings()
+        with pytest.raises(ConfigurationError) as refused:
+            get_settings()
+        assert str(refused.value).startswith(
+            "configuration is invalid: INTERLUDE_BROKER_TRANSPORT_OPTIONS: "
+        )
+        assert "s3cret" not in str(refused.value)
+    monkeypatch.delenv("INTERLUDE_BROKER_TRANSPORT_OPTIONS")
+    reset_settings()

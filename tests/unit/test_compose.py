@@ -137,6 +137,14 @@ def test_workers_scale_and_report_their_health(compose: dict[str, Any]) -> None:
     assert "inspect ping" in " ".join(worker["healthcheck"]["test"])
 
 
+def test_a_stopped_worker_is_given_time_to_finish_its_steps(compose: dict[str, Any]) -> None:
+    # Compose kills a container 10 s after asking it to stop: a step running at a redeploy
+    # would be cut, its run left to the reaper and an effect it had made to a repair
+    grace = compose["services"]["worker"]["stop_grace_period"]
+    number, unit = int(grace[:-1]), grace[-1]
+    assert number * {"s": 1, "m": 60, "h": 3600}[unit] >= 600
+
+
 def test_settings_in_the_stack_are_ones_interlude_reads(compose: dict[str, Any]) -> None:
     known = {f"INTERLUDE_{name.upper()}" for name in Settings.model_fields}
     for name in OUR_SERVICES:

@@ -114,8 +114,8 @@ def test_every_numeric_setting_is_bounded_both_ways_and_finite(field: str) -> No
         ("INTERLUDE_METRICS_PORT", "-1", "a whole number at least 0 and at most 65535"),
         ("INTERLUDE_WEB_SESSION_SECONDS", "-1", "a whole number at least 1"),
         # A notify task must end (and a retry be due) within Redis's visibility timeout.
-        ("INTERLUDE_NOTIFY_TIMEOUT_SECONDS", "0", "a number above 0 and at most 3000, like 5"),
-        ("INTERLUDE_NOTIFY_TIMEOUT_SECONDS", "3600", "a number above 0 and at most 3000"),
+        ("INTERLUDE_NOTIFY_TIMEOUT_SECONDS", "0", "a number above 0 and at most 1500, like 5"),
+        ("INTERLUDE_NOTIFY_TIMEOUT_SECONDS", "1600", "a number above 0 and at most 1500"),
         ("INTERLUDE_NOTIFY_RETRIES", "-1", "a whole number at least 0 and at most 100, like 5"),
         ("INTERLUDE_NOTIFY_RETRIES", "1000", "a whole number at least 0 and at most 100"),
         ("INTERLUDE_NOTIFY_BACKOFF", "nan", "a number at least 0 and at most 600"),
@@ -143,7 +143,7 @@ def test_the_bounds_themselves_are_accepted(monkeypatch: pytest.MonkeyPatch) -> 
         "EFFECT_MARGIN": "0",
         "EFFECT_GRACE": "0",
         "REDISPATCH_AFTER": "0.5",
-        "NOTIFY_TIMEOUT_SECONDS": "3000",
+        "NOTIFY_TIMEOUT_SECONDS": "1500",
         "NOTIFY_RETRIES": "0",
         "NOTIFY_BACKOFF": "0",
     }.items():
@@ -152,7 +152,7 @@ def test_the_bounds_themselves_are_accepted(monkeypatch: pytest.MonkeyPatch) -> 
     settings = get_settings()
     assert settings.sweep_interval == 0.1 and settings.max_claims == 0
     assert settings.web_port == 65535
-    assert (settings.notify_timeout_seconds, settings.notify_retries) == (3000, 0)
+    assert (settings.notify_timeout_seconds, settings.notify_retries) == (1500, 0)
 
 
 @pytest.mark.parametrize(
