@@ -934,6 +934,14 @@ def expired_leases(session: Session, now: datetime, batch: int) -> tuple[list[Ru
     return readable_rows(session, dialect(session).lock_or_skip(query))
 
 
+def held_by(session: Session, run_id: str, owner: str) -> Run | None:
+    """``run_id``, locked, if it is running under ``owner``'s lease (whatever its expiry)."""
+    query = select(Run).where(
+        Run.id == run_id, Run.state == RunState.RUNNING.value, Run.lease_owner == owner
+    )
+    return session.execute(dialect(session).lock(query)).scalar_one_or_none()
+
+
 def unclaimed(
     session: Session, *, now: datetime, first_wait: float, longest_wait: float, batch: int
 ) -> list[tuple[str, str, int, str, str | None]]:

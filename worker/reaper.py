@@ -124,6 +124,44 @@ def _requeue_expired(now: datetime, batch: int, max_claims: int) -> _Batch:
     return result
 
 
+def requeue_lost(run_id: str, owner: str) -> bool:
+    """The run ``owner`` was running when its process died (a pool child killed mid-step):
+    requeued now, as the reaper would once the lease expired; True if it was moved.
+
+    Only a process that saw ``owner`` die may say so (the worker's main process, of its own
+    pool child): a live owner's lease must never be cut short. What the dead owner left of an
+    effect is settled as after an expiry: the lease it had is recorded, and its grace counts
+    from there.
+    """
+    now = utcnow()
+    with transaction() as session:
+        run = store.held_by(session, run_id, owner)
+        if run is None:
+            return False  # it committed, or the reaper (or another pass) moved it first
+        lost = run.lost_leases + 1
+        detail = {
+            "epoch": run.lease_epoch,
+            "owner": owner,
+            "lost_leases": lost,
+            "lease_expires_at": run.lease_expires_at and run.lease_expires_at.isoformat(),
+            "note": "its process died",
+        }
+        try:
+            with session.begin_nested():
+                gave_up = _requeue_or_fail(
+                    session, run, detail, lost, get_settings().max_claims, now
+                )
+        except StaleStateError:
+            return False
+    log.warning(
+        "process %s died running the step; run %s",
+        owner,
+        "failed: lease lost too many times" if gave_up else "requeued at once",
+        extra={"action": "reap_fail" if gave_up else "requeue", "run_id": run_id},
+    )
+    return True
+
+
 def _requeue_or_fail(
     session: Session,
     run: Run,

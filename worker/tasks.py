@@ -35,14 +35,19 @@ MAX_TASK_ERROR = 500
 EXPECTED = (StepFailedError,)
 
 
-@app.task(name=TASK_STEP, ignore_result=True, throws=EXPECTED)  # type: ignore[untyped-decorator]
+# The request class in the worker's main process: a pool child that dies mid-step has its run
+# requeued at once (worker.child_lost).
+STEP_REQUEST = "worker.child_lost:StepRequest"
+
+
+@app.task(name=TASK_STEP, ignore_result=True, throws=EXPECTED, Request=STEP_REQUEST)  # type: ignore[untyped-decorator]
 def run_step(run_id: str) -> None:
     from worker.runtime import execute
 
     report(execute(run_id))
 
 
-@app.task(name=TASK_RESUME, ignore_result=True, throws=EXPECTED)  # type: ignore[untyped-decorator]
+@app.task(name=TASK_RESUME, ignore_result=True, throws=EXPECTED, Request=STEP_REQUEST)  # type: ignore[untyped-decorator]
 def resume_run(run_id: str) -> None:
     """Continue an accepted resume: fresh lease and epoch, settle effects, run the step."""
     from worker.runtime import execute

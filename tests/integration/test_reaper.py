@@ -22,7 +22,7 @@ from worker import (
     list_interrupts,
     submit_resume,
 )
-from worker.reaper import REDISPATCH_WAIT_LIMIT, reap
+from worker.reaper import REDISPATCH_WAIT_LIMIT, reap, requeue_lost
 from worker.tasknames import TASK_RESUME, TASK_STEP
 from worker.testing import TaskRecorder
 
@@ -257,3 +257,23 @@ def test_resume_lost_between_acceptance_and_dispatch_continues_once(tasks: TaskR
         )
     assert seqs == [0, 1]
     assert (calls(run_id), applied(run_id)) == (1, 1)
+
+
+def test_a_run_whose_owner_died_is_requeued_only_for_that_owner(tasks: TaskRecorder) -> None:
+    # Given a run held by a live lease of "host:41"
+    run_id = _queued()
+    with transaction() as session:
+        assert run_store.claim(session, run_id, owner="host:41", lease_seconds=300)
+    # When another owner is said to have died, nothing moves: a live lease is never cut short
+    assert not requeue_lost(run_id, "host:42")
+    assert get_run(run_id).state == "running"
+    # When its own owner died, the run is queued again at once, counted as a lost lease, and
+    # the requeue names the lease it had (from which an effect's grace counts)
+    assert requeue_lost(run_id, "host:41")
+    run = _run_row(run_id)
+    assert (run.state, run.lease_owner, run.lost_leases) == ("queued", None, 1)
+    (event,) = _events(run_id, "requeue")
+    assert (event.detail["owner"], event.detail["note"]) == ("host:41", "its process died")
+    assert event.detail["lease_expires_at"] is not None
+    # And saying so again changes nothing
+    assert not requeue_lost(run_id, "host:41")
