@@ -128,6 +128,13 @@ def execute(run_id: str) -> Failure | None:
     runlog.bind(run_id)
     try:
         claimed, failure = _claim(run_id, owner), None
+        if claimed is None:
+            # A second delivery (a requeued or republished message), or a run that moved on:
+            # the task ends as succeeded, so say why it did nothing.
+            log.info(
+                "nothing to claim: the run is held, finished or not due; delivery ignored",
+                extra={"action": "claim_skipped", "run_id": run_id},
+            )
         started, steps = time.monotonic(), 0
         while claimed is not None:
             steps += 1

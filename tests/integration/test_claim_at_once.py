@@ -9,6 +9,7 @@ it leaves untouched, and the worker's long way (``load_claimable`` then ``claim`
 
 from __future__ import annotations
 
+import logging
 from datetime import timedelta
 
 import pytest
@@ -20,6 +21,7 @@ from models.enums import EventKind, RunState
 from models.tables import Event, Run
 from tests.services import statements_sent
 from worker import enqueue_run
+from worker.runtime import execute
 from worker.testing import TaskRecorder
 
 FIRST = store.ClaimableStep(
@@ -148,3 +150,18 @@ def test_each_backend_claims_its_own_way_with_the_same_record(
         assert store.load_run(session, run_id).state == RunState.SUCCEEDED.value
     claims = [e for e in _events(run_id) if e[0] == "claim"]
     assert claims[0] == ("claim", "queued", "running", {"epoch": 1, "step": "first"})
+
+
+def test_a_delivery_with_nothing_to_claim_says_so(
+    db: str, tasks: TaskRecorder, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Given a run that finished, and a second delivery of its task (a requeued message)
+    run_id = enqueue_run("quick", {})
+    tasks.drain()
+    caplog.set_level(logging.INFO, logger="worker")
+    # When a worker executes that delivery, it does nothing, and one line says why (the task
+    # itself ends as succeeded)
+    assert execute(run_id) is None
+    (line,) = [r for r in caplog.records if getattr(r, "action", None) == "claim_skipped"]
+    assert getattr(line, "run_id", None) == run_id
+    assert "delivery ignored" in line.getMessage()
