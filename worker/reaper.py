@@ -90,13 +90,7 @@ def _requeue_expired(now: datetime, batch: int, max_claims: int) -> _Batch:
             )
         for run in expired:
             lost = run.lost_leases + 1
-            detail = {
-                "epoch": run.lease_epoch,
-                "owner": run.lease_owner,
-                "lost_leases": lost,
-                # A later owner waits a grace from here before it settles this owner's effects.
-                "lease_expires_at": run.lease_expires_at and run.lease_expires_at.isoformat(),
-            }
+            detail = _lost_lease(run, lost)
             try:
                 # A savepoint: a lost compare-and-set must leave nothing of its own behind.
                 with session.begin_nested():
@@ -139,13 +133,7 @@ def requeue_lost(run_id: str, owner: str) -> bool:
         if run is None:
             return False  # it committed, or the reaper (or another pass) moved it first
         lost = run.lost_leases + 1
-        detail = {
-            "epoch": run.lease_epoch,
-            "owner": owner,
-            "lost_leases": lost,
-            "lease_expires_at": run.lease_expires_at and run.lease_expires_at.isoformat(),
-            "note": "its process died",
-        }
+        detail = {**_lost_lease(run, lost), "note": "its process died"}
         try:
             with session.begin_nested():
                 gave_up = _requeue_or_fail(
@@ -160,6 +148,17 @@ def requeue_lost(run_id: str, owner: str) -> bool:
         extra={"action": "reap_fail" if gave_up else "requeue", "run_id": run_id},
     )
     return True
+
+
+def _lost_lease(run: Run, lost: int) -> dict[str, Any]:
+    """The requeue's (or failure's) record of the lease ``run`` lost, its ``lost``-th."""
+    return {
+        "epoch": run.lease_epoch,
+        "owner": run.lease_owner,
+        "lost_leases": lost,
+        # A later owner waits a grace from here before it settles this owner's effects.
+        "lease_expires_at": run.lease_expires_at and run.lease_expires_at.isoformat(),
+    }
 
 
 def _requeue_or_fail(
