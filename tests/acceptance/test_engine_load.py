@@ -11,6 +11,7 @@ from sqlalchemy import func, select
 
 from models import runs as run_store
 from models.db import transaction, utcnow
+from models.settings import DEFAULT_MAX_CLAIMS
 from models.tables import Checkpoint, Event, Run
 from tests.acceptance.brokers import messages_held
 from tests.services import WorkerProcess, wait_for
@@ -145,24 +146,26 @@ def test_worker_killed_mid_step_leaves_a_consistent_recoverable_run(
     assert get_run(run_id).flow_state == {"began": True, "crawled": True}
 
 
-def test_a_killed_pool_child_s_task_is_delivered_again_by_its_worker(
+def test_a_killed_pool_child_s_run_is_requeued_and_its_task_delivered_again(
     db: str, own_broker: str, start_worker: Callable[..., WorkerProcess]
 ) -> None:
-    signals = redis.Redis.from_url(os.environ["INTERLUDE_TEST_REDIS"])
-    # Given a worker whose pool child is killed (SIGKILL) in the middle of a run's second step
+    # Given a worker whose pool child is killed (SIGKILL) in the middle of a run's second
+    # step, each time it runs it (as a step the OOM killer stops every time)
     worker = start_worker("-c", "1")
     run_id = enqueue_run("slow", {"die": True})
-    wait_for(lambda: signals.get(f"slow:started:{run_id}"), timeout=30)
-    # Then the worker's main process, which held the message (Redis keeps no copy), puts the
-    # task back on the queue, and it is delivered again and ends: the run is the dead child's
-    # until its lease expires, so the second delivery does nothing
-    received = re.compile(r"Task interlude\.run_step\[([0-9a-f-]+)\] received")
-    wait_for(lambda: len(received.findall(worker.output())) >= 2, timeout=30)
-    first, again = received.findall(worker.output())[:2]
-    assert first == again
-    assert "WorkerLostError" in worker.output()
-    wait_for(lambda: f"run_step[{again}] succeeded" in worker.output(), timeout=30)
-    assert get_run(run_id).state == "running"
+    # Then each time the worker's main process, which held the message (Redis keeps no copy)
+    # and saw the child die, requeues the run and puts the task back on the queue: the step
+    # runs again at once, not a lease later, until the run has lost its lease once more than
+    # INTERLUDE_MAX_CLAIMS allows, and fails for good
+    wait_for(lambda: get_run(run_id).state == "failed", timeout=120)
+    received = re.findall(r"Task interlude\.run_step\[([0-9a-f-]+)\] received", worker.output())
+    assert len(set(received)) == 1
+    assert len(received) >= DEFAULT_MAX_CLAIMS + 1
+    assert worker.output().count("WorkerLostError") >= DEFAULT_MAX_CLAIMS + 1
+    run = get_run(run_id)
+    assert run.error is not None
+    assert run.error.startswith(f"lease lost {DEFAULT_MAX_CLAIMS + 1} times")
+    assert run.flow_state == {"began": True}
 
 
 def _alive(pid: int) -> bool:
