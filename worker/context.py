@@ -112,7 +112,11 @@ class StepContext:
         The declaration takes ``kind``, ``input`` (the schema), ``authority``, ``expires_in``
         and the optional fields of ``InterruptArgs``.
         """
-        if isinstance(name, str) and name in self.asked:
+        if not isinstance(name, str):
+            # (Looked up among the answers first, a list would raise TypeError, retried as if
+            # transient.)
+            declare(name, **declaration)  # refuses it: FlowDefinitionError, for good
+        if name in self.asked:
             # The first answer would come back for every later ask: one answer, many approvals.
             self.mistake = FlowDefinitionError(
                 detail=f"step {self.step!r} asks interrupt {name!r} twice in one execution, "
@@ -120,8 +124,7 @@ class StepContext:
                 f"(e.g. f'{name}-{{item.id}}')"
             )
             raise self.mistake
-        if isinstance(name, str):
-            self.asked.add(name)
+        self.asked.add(name)
         found = self.resolved.get(name)
         # An answer binds to its interrupt's name and schema: a version that asks with another
         # schema asks again.

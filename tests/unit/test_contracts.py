@@ -256,6 +256,13 @@ def test_interrupt_names_must_be_printable_text(name: Any) -> None:
         declare(name, kind="approval", input=Review, authority=["a"], expires_in=1)
 
 
+@pytest.mark.parametrize("name", [["approve"], {"a": 1}, 7, None])
+def test_a_step_asking_with_a_name_that_is_not_text_fails_for_good(name: Any) -> None:
+    # (a list was looked up among the answers first: TypeError, retried as if transient)
+    with pytest.raises(FlowDefinitionError, match="interrupt name"):
+        _ask(_ctx(), name)
+
+
 def test_schema_ids_look_like_name_dot_version() -> None:
     assert parse_schema_id("approval.v1") == ("approval", 1)
     assert parse_schema_id("my-review.v12") == ("my-review", 12)
