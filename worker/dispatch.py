@@ -12,6 +12,7 @@ interrupt) goes through ``publish_notice`` the same way; it has no outbox: a los
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Protocol
 
@@ -121,6 +122,27 @@ def publish_step(
         )
         return False
     return True
+
+
+# A task to publish: (run, resume, flow, step).
+StepTask = tuple[str, bool, str, str | None]
+
+
+def publish_until_refused(
+    tasks: Sequence[StepTask], sent: Callable[[str], None] | None = None
+) -> list[str]:
+    """Publish ``tasks`` in order, calling ``sent(run)`` after each one the broker took; the
+    runs not published, the refused one first (empty when every one went out).
+
+    The first refusal ends the publishing: the broker is down, and each refusal may take a
+    while. The runs left are the caller's to hand to the reaper.
+    """
+    for i, (run_id, resume, flow, step) in enumerate(tasks):
+        if not publish_step(run_id, flow=flow, step=step, resume=resume):
+            return [task[0] for task in tasks[i:]]
+        if sent is not None:
+            sent(run_id)
+    return []
 
 
 def publish_notice(notice: Notice, *, countdown: float | None = None) -> bool:

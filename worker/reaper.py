@@ -198,7 +198,7 @@ def _requeue_or_fail(
 def _redispatch_unclaimed(now: datetime, batch: int, redispatch_after: float) -> _Batch:
     """Runs due to be claimed whose task was published long ago (or lost): publish again."""
     cutoff = now - timedelta(seconds=redispatch_after)
-    due: list[tuple[str, bool, str, str | None]] = []
+    due: list[dispatch.StepTask] = []
     result = _Batch()
     with transaction() as session:
         unclaimed = store.unclaimed(
@@ -239,29 +239,20 @@ def _redispatch_unclaimed(now: datetime, batch: int, redispatch_after: float) ->
 
 
 def _publish(
-    tasks: list[tuple[str, bool, str, str | None]],
-    now: datetime,
-    sent: Callable[[str], None] | None = None,
+    tasks: list[dispatch.StepTask], now: datetime, sent: Callable[[str], None] | None = None
 ) -> bool:
-    """Publish ``(run, resume, flow, step)`` tasks in order, calling ``sent(run)`` after each
-    one the broker took; False if the broker refused one.
-
-    The first refusal (the broker is down, and each refusal may take a while) ends the
-    publishing: that run and the ones after it, not tried, have their dispatch forgotten, so
-    that the next pass publishes them without waiting for a dispatch that never went out.
-    """
-    for i, (run_id, resuming, flow_name, step) in enumerate(tasks):
-        if not dispatch.publish_step(run_id, flow=flow_name, step=step, resume=resuming):
-            unsent = [task[0] for task in tasks[i:]]
-            if len(unsent) > 1:
-                log.warning(
-                    "%d more run(s) left for the next reaper pass",
-                    len(unsent) - 1,
-                    extra={"action": "publish_deferred"},
-                )
-            with transaction() as session:
-                store.forget_dispatch(session, unsent, at=now)
-            return False
-        if sent is not None:
-            sent(run_id)
-    return True
+    """Publish ``tasks`` in order (``dispatch.publish_until_refused``); False if the broker
+    refused one. The runs not published have their dispatch forgotten, so that the next pass
+    publishes them without waiting for a dispatch that never went out."""
+    unsent = dispatch.publish_until_refused(tasks, sent)
+    if not unsent:
+        return True
+    if len(unsent) > 1:
+        log.warning(
+            "%d more run(s) left for the next reaper pass",
+            len(unsent) - 1,
+            extra={"action": "publish_deferred"},
+        )
+    with transaction() as session:
+        store.forget_dispatch(session, unsent, at=now)
+    return False

@@ -48,8 +48,8 @@ UNHELD = "no active actor holds any of these roles, so nobody can answer it yet"
 
 # Something to do once the batch has committed: tell notifiers about a new interrupt
 # (returns False when this process cannot: counted, not retried), or publish the resume of a
-# run answered by its default, given as (run, flow, step).
-AfterCommit = Callable[[], bool] | tuple[str, str, str | None]
+# run answered by its default.
+AfterCommit = Callable[[], bool] | dispatch.StepTask
 # How long a row the sweep could not handle is put off, at least and at most (put_off_until).
 PUT_OFF_AT_LEAST = timedelta(minutes=1)
 PUT_OFF_AT_MOST = timedelta(hours=1)
@@ -85,8 +85,8 @@ class _Batch:
     deferred: int = 0
     failed: int = 0
     notify: list[Callable[[], bool]] = field(default_factory=list)
-    # (run, flow, step) of the default resumes to publish.
-    publish: list[tuple[str, str, str | None]] = field(default_factory=list)
+    # The default answers' resumes to publish.
+    publish: list[dispatch.StepTask] = field(default_factory=list)
 
 
 def put_off_until(deadline: datetime, now: datetime) -> datetime:
@@ -137,24 +137,20 @@ def sweep_report(
             return SweepReport(handled, deferred, failed, not_notified, not_published)
 
 
-def _publish(resumes: list[tuple[str, str, str | None]]) -> int:
+def _publish(resumes: list[dispatch.StepTask]) -> int:
     """Publish the resumes of a batch's default answers; how many the broker refused.
 
-    The first refusal ends the publishing (the broker is down, and each refusal may take a
-    while): that run and those after it are resuming, unclaimed, and the reaper publishes
-    them again once their dispatch is old enough.
+    The first refusal ends the publishing: that run and those after it are resuming,
+    unclaimed, and the reaper publishes them again once their dispatch is old enough.
     """
-    for i, (run_id, flow_name, step) in enumerate(resumes):
-        if not dispatch.publish_step(run_id, flow=flow_name, step=step, resume=True):
-            left = len(resumes) - i
-            if left > 1:
-                log.warning(
-                    "%d more resume(s) left for the reaper to publish",
-                    left - 1,
-                    extra={"action": "publish_deferred"},
-                )
-            return left
-    return 0
+    unsent = dispatch.publish_until_refused(resumes)
+    if len(unsent) > 1:
+        log.warning(
+            "%d more resume(s) left for the reaper to publish",
+            len(unsent) - 1,
+            extra={"action": "publish_deferred"},
+        )
+    return len(unsent)
 
 
 class _HeldRoles:
@@ -419,7 +415,7 @@ def _default(session: Session, interrupt: Interrupt, run: Run) -> AfterCommit | 
         _end(session, interrupt, run, EventKind.EXPIRE, note=result.reason)
         return None
     _log(interrupt, "default")
-    return (run.id, run.flow_name, run.next_step)
+    return (run.id, True, run.flow_name, run.next_step)
 
 
 def _detail(interrupt: Interrupt) -> dict[str, Any]:
