@@ -145,6 +145,9 @@ class StepContext:
         raise self._suspend(decl)
 
     def _suspend(self, decl: InterruptDecl) -> Suspend:
+        if self.mistake is not None:
+            # The step caught its own mistake and asked for a wait: it fails all the same.
+            raise self.mistake
         self.suspended = Suspend(decl)
         return self.suspended
 

@@ -207,9 +207,7 @@ def _execute_step(claimed: Claimed, owner: str, *, may_chain: bool) -> Ended:
         ended = _commit_failure(claimed, ctx, ctx.mistake or exc, owner)
     else:
         ended = _commit_advance(claimed, ctx, next_step, owner, chain=may_chain)
-    if suspension is not None and ctx.mistake is not None:
-        ended = _commit_failure(claimed, ctx, ctx.mistake, owner)
-    elif suspension is not None:
+    if suspension is not None:
         ended = _commit_suspend(claimed, ctx, suspension, owner)
     error = ended.failure.error_class if ended.failure is not None else None
     step_metrics.observe(
