@@ -277,14 +277,13 @@ def put_off(session: Session, interrupt_id: str, until: datetime) -> None:
     )
 
 
-def bring_forward(session: Session, now: datetime) -> int:
-    """Every pending interrupt a sweep put off past ``now`` is due again now; how many."""
-    result = session.execute(
+def bring_forward(session: Session, now: datetime) -> None:
+    """Every pending interrupt a sweep put off past ``now`` is due again now."""
+    session.execute(
         update(INTERRUPTS)
         .where(INTERRUPTS.c.status == PENDING, INTERRUPTS.c.put_off_until > now)
         .values(put_off_until=None)
     )
-    return int(getattr(result, "rowcount", 0) or 0)
 
 
 def list_rows(

@@ -27,8 +27,6 @@ def notify(flow: Flow, interrupt: Interrupt) -> None:
     time limit and retries: never here, in the step's, the sweep's or the resume's slot. A flow
     without notifiers costs nothing. A publish the broker refuses is logged; the run goes on.
     """
-    if not flow.notifiers:
-        return
     for notifier in flow.notifiers:
         dispatch.publish_notice(
             dispatch.Notice(
