@@ -147,7 +147,9 @@ class Flow:
 
     def revalidate(self, interrupt_name: str) -> Callable[[Revalidator], Revalidator]:
         """Register a function that recomputes an interrupt's evidence at resume time."""
-        return self._registrar(self.revalidators, interrupt_name, "revalidate", "revalidation")
+        return self._registrar(
+            self.revalidators, interrupt_name, "revalidate", "interrupt", "revalidation"
+        )
 
     def reconciler(
         self, effect_name: str
@@ -157,14 +159,14 @@ class Flow:
         Used when ``ctx.effect`` is given no ``reconcile=`` and by the resume path, which
         settles a run's pending effects before its step executes again.
         """
-        return self._registrar(self.reconcilers, effect_name, "reconciler", "reconciler")
+        return self._registrar(self.reconcilers, effect_name, "reconciler", "effect", "reconciler")
 
     def _registrar(
-        self, table: dict[str, F], name: str, decorator: str, what: str
+        self, table: dict[str, F], name: str, decorator: str, kind: str, what: str
     ) -> Callable[[F], F]:
-        """The decorator of ``@flow.<decorator>(name)``: one ``what`` per name, in ``table``."""
+        """The decorator of ``@flow.<decorator>(name)``: one ``what`` per ``kind`` name, in
+        ``table``."""
         where = f"flow {self.name!r} v{self.version}"
-        kind = "interrupt" if decorator == "revalidate" else "effect"
         if not isinstance(name, str) or not name:
             # (Without parentheses, the decorator would register nothing, silently.)
             raise FlowDefinitionError(
