@@ -160,6 +160,8 @@ def contract_payload(
         "evidence_hash": interrupt.evidence_hash,
         "idempotency_key": idempotency_key or uuid.uuid4().hex,
         "expires_at": (datetime.now(UTC) + expires_in).isoformat(),
+        # The policy the responder answers under (absent when the flow declares none).
+        **({"policy_version": interrupt.policy_version} if interrupt.policy_version else {}),
     }
 
 
@@ -193,6 +195,7 @@ class InterruptFields(Frozen):
     evidence: Any
     evidence_hash: str
     evidence_canon: str | None = EVIDENCE_CANON
+    policy_version: str | None = None
     separate_from_starter: bool
     on_expiry: str
     escalation: dict[str, Any] | None

@@ -128,3 +128,9 @@ class StepFailedError(InterludeError):
 
 class BudgetRejectedError(InterludeError):
     """run {run_id}: budget exhausted and more allowance was refused"""
+
+
+class InvalidToolCallError(InterludeError):
+    """the proposed call of tool {tool!r} does not fit its arguments' model: {detail}"""
+
+    # The agent's mistake, not the flow's: a step may catch it and tell its model.

@@ -125,6 +125,25 @@ def transition_write(
     return Write(("interrupt_move", sources, columns), build, params), values
 
 
+def answer_renewed_write(answered_id: str, renewed_id: str) -> Write:
+    """The UPDATE that marks an answer as renewed by ``renewed_id`` (a new interrupt asking
+    again where the step acts, the evidence having changed): it keeps its status and answer
+    (history), and no claim reads it as an answer any more. Rides along the run's suspend."""
+
+    def build(prefix: str, guard: FromClause | None) -> UpdateBase:
+        mark = update(INTERRUPTS).where(
+            INTERRUPTS.c.id == bindparam(prefix + "renewed_answer"),
+            INTERRUPTS.c.superseded_by.is_(None),
+        )
+        return only_if(mark, guard).values(superseded_by=bindparam(prefix + "renewed_by"))
+
+    return Write(
+        ("interrupt_answer_renewed",),
+        build,
+        {"renewed_answer": answered_id, "renewed_by": renewed_id},
+    )
+
+
 def moved(interrupt: Interrupt, values: dict[str, Any]) -> None:
     """``interrupt`` as its ``transition_write`` left it in the database."""
     for key, value in values.items():

@@ -363,7 +363,12 @@ def load_claimable(session: Session, run_id: str) -> Claimable | None:
 
 
 def _claimable_query() -> Any:
-    answered = (Interrupt.run_id == Run.id) & (Interrupt.checkpoint_id == Checkpoint.id)
+    # An answer another answer renewed (``superseded_by``) no longer answers anything.
+    answered = (
+        (Interrupt.run_id == Run.id)
+        & (Interrupt.checkpoint_id == Checkpoint.id)
+        & Interrupt.superseded_by.is_(None)
+    )
     unsettled = exists(
         select(Effect.id).where(Effect.run_id == Run.id, Effect.status == EffectStatus.INTENT.value)
     ).label("unsettled")
@@ -521,6 +526,7 @@ def _claim_at_once_statement() -> Any:
         (INTERRUPTS.c.run_id == claimed.c.id)
         & (INTERRUPTS.c.checkpoint_id == CHECKPOINTS.c.id)
         & (INTERRUPTS.c.status == InterruptStatus.RESOLVED.value)
+        & INTERRUPTS.c.superseded_by.is_(None)
     )
     unsettled = exists(
         select(EFFECTS.c.id).where(
@@ -556,6 +562,11 @@ _INTERRUPT_KEYS = (
     "decision",
     "resume_input",
     "resolved_by",
+    # What the answer is bound to, compared again where the step acts.
+    "evidence_hash",
+    "evidence_canon",
+    "scope",
+    "policy_version",
 )
 
 
@@ -884,6 +895,7 @@ def new_checkpoint(
     budget_consumed: float,
     effects: list[str],
     epoch: int,
+    remembered: dict[str, Any] | None = None,
 ) -> Checkpoint:
     """The checkpoint following the run's latest; the caller adds it with the transition."""
     return loaded(
@@ -899,8 +911,27 @@ def new_checkpoint(
             "effects": effects,
             "epoch": epoch,
             "created_at": utcnow(),
+            "remembered": remembered,
         },
     )
+
+
+def remembered_write(checkpoint_id: str, remembered: dict[str, Any]) -> Write:
+    """The UPDATE that keeps a step's remembered values on its checkpoint (``ctx.remember``).
+
+    The one change a checkpoint takes after its insert: values the step computed there for
+    the first time, added before it waits, so its next execution at that checkpoint (after
+    the answer) reads them instead of computing them again. ``remembered`` holds the earlier
+    values too, unchanged. Rides along the run's suspend.
+    """
+
+    def build(prefix: str, guard: FromClause | None) -> UpdateBase:
+        keep = update(CHECKPOINTS).where(CHECKPOINTS.c.id == bindparam(prefix + "kept_at"))
+        return only_if(keep, guard).values(
+            remembered=bindparam(prefix + "kept", type_=CHECKPOINTS.c.remembered.type)
+        )
+
+    return Write(("checkpoint_remembered",), build, {"kept_at": checkpoint_id, "kept": remembered})
 
 
 def checkpoint_insert(session: Scope, checkpoint: Checkpoint) -> Write:

@@ -130,6 +130,10 @@ class Checkpoint(Base):
     effects: Mapped[Any] = mapped_column(Json)
     epoch: Mapped[int] = mapped_column(Integer)
     created_at: Mapped[datetime] = mapped_column(Timestamp())
+    # Values the step at this checkpoint computed once (``ctx.remember``): a model's proposal,
+    # a read. Kept across the step's executions here, so that what was approved is acted on;
+    # keys are only ever added, never changed.
+    remembered: Mapped[Any | None] = mapped_column(Json)
 
     __table_args__ = (UniqueConstraint("run_id", "seq"),)
 
@@ -170,6 +174,9 @@ class Interrupt(Base):
     # How evidence_hash was computed: "rfc8785" (canonical JSON); NULL for interrupts recorded
     # before hashes followed RFC 8785, whose stored hash keeps validating as it was shown.
     evidence_canon: Mapped[str | None] = mapped_column(String(16))
+    # The flow's approval policy version the interrupt was asked under (None: none declared);
+    # an answer given under a policy the flow no longer honours is not applied.
+    policy_version: Mapped[str | None] = mapped_column(String(64))
     separate_from_starter: Mapped[bool] = mapped_column(Boolean, default=False)
     deadline: Mapped[datetime] = mapped_column(Timestamp())
     # Set when a sweep could not apply its policy: no sweep looks at it again before then

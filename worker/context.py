@@ -6,21 +6,31 @@ import math
 import numbers
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any, TypeVar, Unpack
 
 from pydantic import BaseModel, ValidationError
 
 from models import effects as ledger_store
-from models.contracts import InterruptDecl
+from models.contracts import InterruptDecl, json_copy
 from models.db import transaction
 from models.effects import LedgerEntry, Outcome
 from models.enums import Decision, InterruptKind
-from models.errors import AnswerUnreadableError, BudgetRejectedError, FlowDefinitionError
+from models.errors import (
+    AnswerUnreadableError,
+    BudgetRejectedError,
+    EffectError,
+    FlowDefinitionError,
+    InvalidToolCallError,
+)
+from models.runs import unstorable_where
 from models.settings import DEFAULT_LEASE_SECONDS
+from worker.binding import ResolvedInterrupt, mismatch
 from worker.declarations import InterruptArgs, Suspend, declare
 from worker.effects import perform
 from worker.flows import Flow
-from worker.schemas import BudgetGrant, lookup, schema_id_of
+from worker.schemas import BudgetGrant, lookup
+from worker.toolcalls import ReviewedCall, arguments_hash, evidence_of
 
 T = TypeVar("T")
 BUDGET_EXPIRES_IN = 7 * 24 * 3600
@@ -38,19 +48,6 @@ class Resume:
     @property
     def approved(self) -> bool:
         return self.decision is Decision.APPROVED
-
-
-@dataclass(frozen=True)
-class ResolvedInterrupt:
-    id: str
-    name: str
-    schema_name: str
-    schema_version: int
-    decision: str
-    resume_input: dict[str, Any] | None
-    resolved_by: str
-    # Carried from an older flow version when the run migrated (``worker.migration``).
-    carried: bool = False
 
 
 @dataclass
@@ -84,6 +81,13 @@ class StepContext:
     asked: set[str] = field(default_factory=set)
     # A mistake of the step's own that fails it for good even if the step catches it.
     mistake: FlowDefinitionError | None = None
+    # Values computed once at this checkpoint (``remember``), and whether this execution
+    # added any (then they are kept with its wait).
+    remembered: dict[str, Any] = field(default_factory=dict)
+    remembered_more: bool = False
+    # An answer this execution found no longer binding, and why: the wait it asks for
+    # supersedes it (a renewed review where the step acts).
+    renewal: dict[str, Any] | None = None
 
     def ledger(self) -> dict[str, LedgerEntry]:
         """The run's effect ledger, read once per execution when a step first needs it."""
@@ -110,7 +114,11 @@ class StepContext:
         """Stop the run until an authorized responder releases ``name``; then return the answer.
 
         The declaration takes ``kind``, ``input`` (the schema), ``authority``, ``expires_in``
-        and the optional fields of ``InterruptArgs``.
+        and the optional fields of ``InterruptArgs``. An answer is returned only for what it
+        was given for: when this execution declares other evidence or scope (a proposal
+        computed again, a record that changed) or the flow's policy no longer honours it,
+        the run waits on a renewed review instead. Keep what must not change between the
+        ask and the act in ``remember``.
         """
         if not isinstance(name, str):
             # (Looked up among the answers first, a list would raise TypeError, retried as if
@@ -125,17 +133,36 @@ class StepContext:
             )
             raise self.mistake
         self.asked.add(name)
-        found = self.resolved.get(name)
-        # An answer binds to its interrupt's name and schema: a version that asks with another
-        # schema asks again.
-        if found is not None and (found.schema_name, found.schema_version) == schema_id_of(
-            declaration["input"]
-        ):
-            resumed = self.resume_value(name)
-            if resumed is not None:
-                return resumed
         decl = declare(name, **declaration)
-        renews = found if found is not None and found.carried else self._carried_answer()
+        policy = self.flow.policy_for(name)
+        if policy.version is not None:
+            decl = decl.model_copy(update={"policy_version": policy.version})
+        found = self.resolved.get(name)
+        if found is not None:
+            # An answer binds to its interrupt's name and schema (a version that asks with
+            # another schema asks again), and to the evidence, scope and policy it was given
+            # for: compared here, where the step acts.
+            same_schema = (found.schema_name, found.schema_version) == (
+                decl.schema_name,
+                decl.schema_version,
+            )
+            differs = mismatch(found, decl, policy)
+            if same_schema and differs is None:
+                resumed = self.resume_value(name)
+                assert resumed is not None  # (found is an answer)
+                return resumed
+            # A renewed review: the new interrupt supersedes the answer, its input kept.
+            self.renewal = {
+                "name": name,
+                **(differs.detail(found.id) if differs else {"answer": found.id}),
+                **({} if same_schema else {"schema_changed": True}),
+            }
+            raise self._suspend(
+                decl.model_copy(
+                    update={"supersedes": found.id, "previous_input": found.resume_input}
+                )
+            )
+        renews = self._carried_answer()
         if renews is not None:
             # A newer version does not ask what was answered: a renewed review, the old
             # answer kept.
@@ -143,6 +170,101 @@ class StepContext:
                 update={"supersedes": renews.id, "previous_input": renews.resume_input}
             )
         raise self._suspend(decl)
+
+    def remember(self, name: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """``fn(*args, **kwargs)``, computed once at this checkpoint and kept with it.
+
+        On the first execution ``fn`` is called and its result (JSON) is kept with the step's
+        checkpoint when the run waits; later executions of the step there (after the answer)
+        return the kept value without calling ``fn``. For a model's proposal or a read that
+        must not change between the ask and the act. Not for side effects: those go through
+        ``ctx.effect``, which also records that they happened.
+        """
+        if not isinstance(name, str) or not name:
+            raise FlowDefinitionError(
+                detail=f"remember needs a name (a non-empty str), got {name!r}"
+            )
+        if name in self.remembered:
+            kept: T = self.remembered[name]
+            return kept
+        if self.mistake is not None:
+            raise self.mistake
+        if self.suspended is not None:
+            raise self.suspended
+        value = fn(*args, **kwargs)
+        try:
+            stored = json_copy(value)
+        except (TypeError, ValueError) as exc:
+            raise FlowDefinitionError(
+                detail=f"step {self.step!r}: remembered value {name!r} is not JSON ({exc}); "
+                "return JSON (for a pydantic model, .model_dump(mode='json'))"
+            ) from None
+        where = unstorable_where(stored)
+        if where is not None:
+            raise FlowDefinitionError(
+                detail=f"step {self.step!r}: remembered value {name!r} holds NUL or unpaired "
+                f"surrogate characters{where}"
+            )
+        self.remembered[name] = stored
+        self.remembered_more = True
+        # The JSON copy, on this execution as on the next: the step sees one value.
+        result: T = stored
+        return result
+
+    def review_call(
+        self,
+        tool: str,
+        args: BaseModel | Mapping[str, Any],
+        *,
+        expires_in: float | timedelta,
+        name: str | None = None,
+        evidence: Any = None,
+        **declaration: Any,
+    ) -> ReviewedCall:
+        """Stop the run until a responder reviews a proposed call of ``tool``; the verdict.
+
+        The responder approves the call, edits its arguments (authorized again for the
+        edited call, by the tool's authority), or rejects it with a message for the agent.
+        ``name`` (default: the tool's name) names the interrupt; ``evidence`` adds context
+        shown beside the call. Execute an approved call with
+        ``ctx.effect(name, fn, reviewed=call, **call.arguments)``.
+        """
+        spec = self.flow.tools.get(tool)
+        if spec is None:
+            known = ", ".join(sorted(self.flow.tools)) or "none"
+            raise FlowDefinitionError(
+                detail=f"step {self.step!r} reviews a call of {tool!r}, which flow "
+                f"{self.flow.name!r} does not declare (its tools: {known}): declare it with "
+                f"flow.tool({tool!r}, args=..., authority=...)"
+            )
+        try:
+            data = args.model_dump(mode="json") if isinstance(args, BaseModel) else args
+            proposed = spec.args.model_validate(data)
+        except ValidationError as exc:
+            # The agent's call, not the flow's: the step may tell its model and ask again.
+            raise InvalidToolCallError(tool=tool, detail=_first_error(exc)) from None
+        proposal: dict[str, Any] = proposed.model_dump(mode="json")
+        resume = self.interrupt(
+            name if name is not None else tool,
+            kind=declaration.pop("kind", InterruptKind.APPROVAL),
+            input=spec.answer,
+            authority=spec.roles_for(proposed),
+            expires_in=expires_in,
+            evidence=evidence_of(tool, proposal, evidence),
+            **declaration,
+        )
+        answer = resume.input
+        message = str(getattr(answer, "message", "") or "")
+        approved_args = getattr(answer, "args", None)
+        if not resume.approved:
+            return ReviewedCall(
+                tool, resume.interrupt_id, False, proposed, proposed, False, message, resume.actor
+            )
+        chosen = approved_args if isinstance(approved_args, BaseModel) else proposed
+        edited = arguments_hash(chosen.model_dump(mode="json")) != arguments_hash(proposal)
+        return ReviewedCall(
+            tool, resume.interrupt_id, True, chosen, proposed, edited, message, resume.actor
+        )
 
     def _suspend(self, decl: InterruptDecl) -> Suspend:
         if self.mistake is not None:
@@ -198,12 +320,15 @@ class StepContext:
         reconcile: Callable[[str], Any] | None = None,
         key: str | None = None,
         pass_fencing_token: bool = True,
+        reviewed: ReviewedCall | None = None,
         **kwargs: Any,
     ) -> T:
         """Run an external side effect at most once for this run (see ``worker.effects``).
 
         ``fn`` is called as ``fn(*args, idempotency_key=..., fencing_token=epoch, **kwargs)``;
         ``pass_fencing_token=False`` leaves the token out for a callee that does not take it.
+        ``reviewed``: the reviewed call this effect executes; its keyword arguments must be
+        exactly the approved ones (else EffectError: the step fails for good).
         """
         if self.mistake is not None:
             # The step caught its own mistake and went on: nothing more happens.
@@ -211,6 +336,8 @@ class StepContext:
         if self.suspended is not None:
             # The step caught its wait's signal and went on: nothing happens before the answer.
             raise self.suspended
+        if reviewed is not None:
+            _check_reviewed(self.run_id, name, reviewed, args, kwargs)
         result: T = perform(
             self,
             name,
@@ -222,6 +349,41 @@ class StepContext:
             fencing_token=pass_fencing_token,
         )
         return result
+
+
+def _check_reviewed(
+    run_id: str, name: str, call: ReviewedCall, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> None:
+    """The effect executes exactly the call that was approved, or nothing."""
+    if not isinstance(call, ReviewedCall):
+        raise EffectError(run_id=run_id, name=name, detail="reviewed= takes a ReviewedCall")
+    if not call.approved:
+        raise EffectError(
+            run_id=run_id, name=name, detail=f"the call of {call.tool!r} was rejected"
+        )
+    if args:
+        raise EffectError(
+            run_id=run_id,
+            name=name,
+            detail="a reviewed call's arguments are passed by keyword (**call.arguments)",
+        )
+    try:
+        same = arguments_hash(kwargs) == arguments_hash(call.arguments)
+    except (TypeError, ValueError):
+        same = False
+    if not same:
+        raise EffectError(
+            run_id=run_id,
+            name=name,
+            detail=f"its arguments are not the call of {call.tool!r} that was approved "
+            f"(interrupt {call.interrupt_id})",
+        )
+
+
+def _first_error(exc: ValidationError) -> str:
+    first = exc.errors()[0]
+    where = ".".join(str(part) for part in first["loc"]) or "arguments"
+    return f"{exc.error_count()} error(s), first at {where}: {first['msg']}"
 
 
 def _answer(found: ResolvedInterrupt) -> BaseModel:

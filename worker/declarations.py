@@ -18,7 +18,7 @@ from models.enums import ExpiryPolicy, InterruptKind
 from models.errors import FlowDefinitionError
 from models.runs import storable_text, unstorable_where
 from models.settings import LONGEST_SECONDS
-from worker.flows import checked_roles
+from worker.policies import checked_roles
 from worker.schemas import json_schema_of, schema_id_of
 
 # Interrupt names are stable across re-executions; they key the answer at a checkpoint.

@@ -6,10 +6,9 @@ import importlib
 import inspect
 import math
 import numbers
-import os
 import re
 import threading
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -25,6 +24,9 @@ from models.errors import (
     UnknownStepError,
 )
 from models.settings import LONGEST_SECONDS, get_settings
+from worker.origins import defining_file
+from worker.policies import NO_POLICY, Policy, checked_policy, checked_roles
+from worker.toolcalls import Tool, declare_tool
 
 # A step takes its ``worker.context.StepContext`` (typed by the step's own annotation: flows
 # sit below the step runtime and do not import it).
@@ -34,13 +36,13 @@ Revalidator = Callable[["RevalidationContext"], Any]
 Notifier = Callable[[InterruptView], None]
 # Turns the flow state a run checkpointed under an older version into this version's state.
 Migration = Callable[[dict[str, Any]], dict[str, Any]]
+# Turns an interrupt's evidence as an older version showed it into this version's form.
+EvidenceMigration = Callable[[Any], Any]
 F = TypeVar("F", bound=Callable[..., Any])
 
 DEFAULT_RETRIES = 3
 DEFAULT_BACKOFF = 1.0
 NAME = re.compile(r"^[A-Za-z0-9_.:\-]{1,200}$")
-# The modules whose frames are registration machinery, not the code that defines a flow.
-_MACHINERY = frozenset({__name__, "worker.schemas"})
 
 
 @dataclass(frozen=True)
@@ -75,6 +77,18 @@ class Flow:
     reconcilers: dict[str, Callable[[str], Any]] = field(default_factory=dict)
     migrations: dict[int, Migration] = field(default_factory=dict)
     input_model: type[BaseModel] | None = None
+    # The version of the approval policy its interrupts are asked under, and the older
+    # versions whose answers it still honours (``worker.policies``).
+    policy_version: str | None = None
+    still_valid_policies: Collection[str | None] = ()
+    # Per interrupt name, a policy of its own (``interrupt_policy``).
+    policies: dict[str, Policy] = field(default_factory=dict)
+    # Tools whose proposed calls a responder reviews (``tool``, ``ctx.review_call``).
+    tools: dict[str, Tool] = field(default_factory=dict)
+    # How an interrupt's evidence, as a version asked it, reads on this one: by (version,
+    # interrupt name) (``migrates_evidence``).
+    evidence_migrations: dict[tuple[int, str], EvidenceMigration] = field(default_factory=dict)
+    _policy: Policy = field(default=NO_POLICY, init=False, repr=False, compare=False)
     # The file whose code defined this flow (see ``defining_file``): one (name, version) is
     # defined by one file.
     origin: str = field(default="", init=False, repr=False, compare=False)
@@ -114,8 +128,75 @@ class Flow:
                 detail=f"flow {self.name!r}: input_model must be a pydantic model class, "
                 f"got {self.input_model!r}"
             )
+        self._policy = checked_policy(
+            f"flow {self.name!r} v{self.version}", self.policy_version, self.still_valid_policies
+        )
         self.origin = defining_file()
         register(self)
+
+    def policy_for(self, interrupt: str) -> Policy:
+        """The policy ``interrupt`` is asked under: its own, else the flow's."""
+        return self.policies.get(interrupt, self._policy)
+
+    def interrupt_policy(
+        self, interrupt: str, version: str, *, still_valid: Collection[str | None] = ()
+    ) -> None:
+        """Declare the policy version of one interrupt (over the flow's ``policy_version``)."""
+        where = f"flow {self.name!r} v{self.version}: interrupt_policy({interrupt!r})"
+        if not isinstance(interrupt, str) or not interrupt:
+            raise FlowDefinitionError(detail=f"{where} needs an interrupt name")
+        if interrupt in self.policies:
+            raise FlowDefinitionError(detail=f"{where} is declared already")
+        self.policies[interrupt] = checked_policy(where, version, still_valid)
+
+    def tool(
+        self,
+        name: str,
+        *,
+        args: type[BaseModel],
+        authority: list[str] | Callable[[Any], list[str]],
+    ) -> Tool:
+        """Declare a tool whose proposed calls a responder reviews (``ctx.review_call``).
+
+        ``args`` is the arguments' model, registered with ``@input_schema``; ``authority``
+        the roles that may approve a call, or a function of the call's arguments returning
+        them (refunds above 1,000 need ``finance-lead``): an edited call is authorized again,
+        for what it became.
+        """
+        where = f"flow {self.name!r} v{self.version}"
+        if name in self.tools:
+            raise FlowDefinitionError(detail=f"{where}: tool {name!r} is declared twice")
+        declared = declare_tool(where, name, args, authority)
+        self.tools[name] = declared
+        return declared
+
+    def migrates_evidence(
+        self, version: int, interrupt: str
+    ) -> Callable[[EvidenceMigration], EvidenceMigration]:
+        """Declare how ``interrupt``'s evidence, as ``version`` showed it, reads on this
+        version: an answer carried from ``version`` holds if this version asks with the
+        evidence so mapped (else the run gets a renewed review)."""
+
+        def decorate(fn: EvidenceMigration) -> EvidenceMigration:
+            where = f"flow {self.name!r} v{self.version}"
+            if type(version) is not int or not 1 <= version < self.version:
+                raise FlowDefinitionError(
+                    detail=f"{where}: migrates_evidence needs an older version, got {version!r}"
+                )
+            if not callable(fn) or not isinstance(interrupt, str) or not interrupt:
+                raise FlowDefinitionError(
+                    detail=f"{where}: @flow.migrates_evidence(version, 'interrupt') decorates "
+                    "a function of the old evidence"
+                )
+            if (version, interrupt) in self.evidence_migrations:
+                raise FlowDefinitionError(
+                    detail=f"{where}: the evidence of {interrupt!r} from v{version} has a "
+                    "migration already"
+                )
+            self.evidence_migrations[(version, interrupt)] = fn
+            return fn
+
+        return decorate
 
     def step(
         self,
@@ -296,19 +377,6 @@ def _number_at_least(value: object, least: float, most: float = math.inf) -> boo
     )
 
 
-def checked_roles(roles: object) -> list[str] | None:
-    """``roles`` as a list if it is a non-empty collection of role names, else None.
-
-    A bare string is refused: it is iterable, and "ops" would grant the roles o, p and s.
-    """
-    if isinstance(roles, str | bytes | bytearray | Mapping) or not isinstance(roles, Collection):
-        return None
-    found = list(roles)
-    if not found or not all(isinstance(role, str) and role.strip() for role in found):
-        return None
-    return found
-
-
 def _check_step(
     flow: str,
     name: str | None,
@@ -363,33 +431,6 @@ def _check_step(
         raise FlowDefinitionError(
             detail=f"{where} must take one argument, its StepContext"
         ) from None
-
-
-def defining_file(skip: frozenset[str] = _MACHINERY) -> str:
-    """The file whose code is defining something now: the module being executed (imported or
-    run) nearest on the stack; else the nearest caller outside ``skip``'s modules.
-
-    The module, not the direct caller: a flow built by a shared helper belongs to the module
-    that calls the helper. The same file run as ``__main__`` and imported by name is one file.
-    """
-    frame = inspect.currentframe()
-    caller: str | None = None
-    try:
-        while frame is not None:
-            # (A module of ``skip`` may define things in its own body: the built-in schemas.)
-            if frame.f_code.co_name == "<module>":
-                return _real(frame.f_code.co_filename)
-            if caller is None and frame.f_globals.get("__name__") not in skip:
-                caller = frame.f_code.co_filename
-            frame = frame.f_back
-    finally:
-        del frame
-    return _real(caller) if caller is not None else "?"
-
-
-def _real(filename: str) -> str:
-    # "<string>", "<stdin>": no file to resolve.
-    return filename if filename.startswith("<") else os.path.realpath(filename)
 
 
 _lock = threading.RLock()

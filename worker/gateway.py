@@ -50,6 +50,7 @@ from worker.declarations import PAUSE_INTERRUPT
 from worker.flows import Flow, Migration, RevalidationContext, continuation, load_flow_modules
 from worker.interrupts import notify, view
 from worker.migration import DEFERRED
+from worker.review_checks import edit_refusal, policy_renewal
 from worker.safetext import escape_controls
 from worker.schemas import BudgetGrant, describe_errors, json_schema_of, lookup
 
@@ -72,6 +73,10 @@ UNBOUND_OUTCOMES = frozenset(
 )
 UNTRUSTED_OUTCOMES = frozenset({ResumeOutcome.MALFORMED, ResumeOutcome.UNAUTHENTICATED})
 RENEWED_REASON = "evidence changed while the run waited; a new review is required"
+RENEWED_POLICY_REASON = (
+    "the flow's approval policy changed while the run waited, and answers given under the "
+    "old one are not honoured; a new review is required"
+)
 # What a contract decides: all of it but the window in which it may be submitted, so that a
 # retry rebuilt with a later expires_at is still the same submission.
 NOT_HASHED = frozenset({"expires_at"})
@@ -239,11 +244,12 @@ def _decide_once(contract: ResumeContract, attempt: _Attempt) -> ResumeResult:
             return _insert(session, attempt, refusal.outcome, refusal.reason)
         if new_interrupt is not None and flow is not None:
             notify_after = (flow, new_interrupt)
+            policy_changed = new_interrupt.policy_version != interrupt.policy_version
             result = _insert(
                 session,
                 attempt,
                 ResumeOutcome.RENEWED_REVIEW_REQUIRED,
-                RENEWED_REASON,
+                RENEWED_POLICY_REASON if policy_changed else RENEWED_REASON,
                 new_interrupt_id=new_interrupt.id,
             )
     if notify_after is not None:
@@ -282,6 +288,10 @@ def _check(
     _separate_from_starter(interrupt, run, actor)
     submitted = _submitted(_validate_input(contract, interrupt))
     code = _flow_for(run)
+    if contract.decision is Decision.APPROVED:
+        refused = edit_refusal(interrupt, submitted, roles, code[0] if code else None)
+        if refused is not None:
+            raise Refusal(ResumeOutcome.DENIED, f"actor {actor.id}: {refused}")
     new_interrupt = None
     if code is not None:
         new_interrupt = _revalidate(session, *code, interrupt, run, submitted)
@@ -331,6 +341,11 @@ def _check_binding(contract: ResumeContract, interrupt: Interrupt, run: Run) -> 
         problems.append("evidence hash differs from the evidence on record")
     if _canonical(contract.scope) != _canonical(interrupt.scope):
         problems.append("scope differs from the interrupt's scope")
+    if contract.policy_version is not None and contract.policy_version != interrupt.policy_version:
+        problems.append(
+            f"policy version {contract.policy_version!r} is not the interrupt's "
+            f"({interrupt.policy_version!r})"
+        )
     if problems:
         raise Refusal(ResumeOutcome.STALE, "; ".join(problems))
 
@@ -386,6 +401,18 @@ def _revalidate(
     With a migration, the newer version revalidates against the state migrated in memory
     (the run itself migrates when a worker continues it).
     """
+    renewed_policy = policy_renewal(flow, interrupt)
+    if renewed_policy is not None:
+        # Answers under a policy the flow no longer honours are not applied: asked again
+        # under the current one, the input kept (the evidence is revalidated when answered).
+        return _renew(
+            session,
+            interrupt,
+            run,
+            submitted,
+            {"policy_version": renewed_policy.version},
+            {"answered_policy": interrupt.policy_version, "policy": renewed_policy.version},
+        )
     revalidator = flow.revalidators.get(interrupt.name)
     if revalidator is None:
         return None
@@ -408,14 +435,31 @@ def _revalidate(
         ) from None
     if unchanged:
         return None
+    return _renew(
+        session,
+        interrupt,
+        run,
+        submitted,
+        {"evidence": current, "evidence_hash": current_hash, "evidence_canon": EVIDENCE_CANON},
+        {"evidence_hash": current_hash},
+    )
+
+
+def _renew(
+    session: Session,
+    interrupt: Interrupt,
+    run: Run,
+    submitted: dict[str, Any],
+    changes: dict[str, Any],
+    detail: dict[str, Any],
+) -> Interrupt:
+    """A new interrupt supersedes ``interrupt`` with ``changes``, the submitted input kept."""
     renewed = store.supersede(
         session,
         interrupt,
         resolved_by="system:revalidation",
-        evidence=current,
-        evidence_hash=current_hash,
-        evidence_canon=EVIDENCE_CANON,
         previous_input=submitted,
+        **changes,
     )
     if renewed is None:
         raise Refusal(ResumeOutcome.STALE, "interrupt was resolved concurrently")
@@ -424,7 +468,7 @@ def _revalidate(
         run.id,
         actor="system:revalidation",
         kind=EventKind.REVIEW_RENEWED,
-        detail={"old": interrupt.id, "new": renewed.id, "evidence_hash": current_hash},
+        detail={"old": interrupt.id, "new": renewed.id, **detail},
     )
     return renewed
 

@@ -5,8 +5,10 @@ flow's code. When a run with answers migrates at claim (``worker.runtime``), eac
 asked again on the new version, at the migration checkpoint, after the new version's
 revalidation of the interrupt (against the migrated state):
 
-- the evidence is the same: the new interrupt is resolved at once with the same answer
-  (``answer_carried``); the step finds it if it asks the same name with the same schema;
+- the evidence is the same (or, when the new version declares how the old evidence reads
+  now with ``flow.migrates_evidence``, the same once mapped): the new interrupt is resolved
+  at once with the same answer (``answer_carried``); the step finds it if it asks the same
+  name with the same schema and the evidence the answer is bound to (``worker.binding``);
 - the evidence changed: the new interrupt stays pending with the current evidence and the old
   answer as ``previous_input`` (``review_renewed``), and the run waits on it.
 
@@ -28,7 +30,7 @@ from sqlalchemy.orm import Session
 
 from models import interrupts as interrupt_store
 from models import runs as store
-from models.contracts import evidence_hash, json_copy
+from models.contracts import EVIDENCE_CANON, evidence_hash, json_copy
 from models.db import utcnow
 from models.enums import EventKind, RunState
 from models.errors import FlowDefinitionError
@@ -42,38 +44,52 @@ DEFERRED = "deferred"
 
 @dataclass(frozen=True)
 class Carry:
-    """One answer of the old checkpoint, and the evidence the new version computes for it."""
+    """One answer of the old checkpoint, and the evidence the new version computes for it.
+
+    ``bound_hash``: what the answer holds for on the new version — the old evidence's hash,
+    or, when the new version declares how the old evidence reads now
+    (``flow.migrates_evidence``), the hash of the old evidence so mapped.
+    """
 
     answered: Interrupt
     evidence: Any
     evidence_hash: str
+    bound_hash: str
 
     @property
     def renewed(self) -> bool:
-        return self.evidence_hash != self.answered.evidence_hash
+        return self.evidence_hash != self.bound_hash
 
 
 def plan(run: Run, answered: list[Interrupt], state: dict[str, Any], flow: Flow) -> list[Carry]:
     """Revalidate each answer on ``flow`` (the new version) against the migrated ``state``.
 
-    Writes nothing; a revalidation that fails is the flow's error (the run is refused, stays
-    where it is, and the refusal is recorded).
+    Writes nothing; a revalidation or an evidence migration that fails is the flow's error
+    (the run is refused, stays where it is, and the refusal is recorded).
     """
     carries = []
     for old in answered:
+        evidence, bound = old.evidence, old.evidence_hash
+        maps = flow.evidence_migrations.get((run.flow_version, old.name))
         revalidator = flow.revalidators.get(old.name)
-        if revalidator is None:
-            carries.append(Carry(old, old.evidence, old.evidence_hash))
-            continue
-        context = RevalidationContext(
-            run_id=run.id, input=run.input, state=dict(state), interrupt=view(old)
-        )
         try:
+            if maps is not None:
+                # Compared after mapping: the answer holds if the new version asks with the
+                # evidence that was approved, in its new form.
+                evidence = json_copy(maps(old.evidence))
+                bound = evidence_hash(evidence)
+            if revalidator is None:
+                carries.append(Carry(old, evidence, bound, bound))
+                continue
+            context = RevalidationContext(
+                run_id=run.id, input=run.input, state=dict(state), interrupt=view(old)
+            )
             current = revalidator(context)
-            carries.append(Carry(old, current, evidence_hash(current)))
+            carries.append(Carry(old, current, evidence_hash(current), bound))
         except Exception as exc:
+            what = "revalidation" if maps is None else "evidence migration or revalidation"
             raise FlowDefinitionError(
-                detail=f"revalidation of {old.name!r} on {flow.name!r} version {flow.version} "
+                detail=f"{what} of {old.name!r} on {flow.name!r} version {flow.version} "
                 f"failed: {type(exc).__name__}: {exc}"
             ) from None
     return carries
@@ -142,6 +158,10 @@ def carry(
             state_version=run.state_version,
             evidence=c.evidence,
             evidence_hash=c.evidence_hash,
+            # A hash computed here follows RFC 8785, whatever the old one followed.
+            evidence_canon=(
+                old.evidence_canon if c.evidence_hash == old.evidence_hash else EVIDENCE_CANON
+            ),
             previous_input=old.resume_input if c.renewed else old.previous_input,
         )
         detail = {"old": old.id, "new": asked.id, "name": old.name, "version": run.flow_version}

@@ -40,7 +40,8 @@ from models.settings import get_settings
 from models.statements import Write
 from models.tables import Checkpoint, Interrupt, Run
 from worker import dispatch, runlog, step_metrics
-from worker.context import ResolvedInterrupt, StepContext
+from worker.binding import ResolvedInterrupt
+from worker.context import StepContext
 from worker.declarations import PAUSE_INTERRUPT, Suspend, declare
 from worker.flows import (
     Flow,
@@ -167,6 +168,7 @@ def _execute_step(claimed: Claimed, owner: str, *, may_chain: bool) -> Ended:
         effects=claimed.ledger,
         resuming=claimed.resuming,
         lease_seconds=_lease(claimed.step),
+        remembered=dict(claimed.checkpoint.remembered or {}),
     )
     suspension: InterruptDecl | None = None
     try:
@@ -408,6 +410,8 @@ def _migrated(
         budget_consumed=run.budget_consumed,
         effects=[],
         epoch=run.lease_epoch + 1,
+        # The step asks again on the new checkpoint: what it computed once goes with it.
+        remembered=checkpoint.remembered,
     )
 
 
@@ -420,6 +424,8 @@ def _same_state(run: Run, checkpoint: Checkpoint) -> Checkpoint:
         budget_consumed=run.budget_consumed,
         effects=[],
         epoch=run.lease_epoch + 1,
+        # The step asks again on the new checkpoint: what it computed once goes with it.
+        remembered=checkpoint.remembered,
     )
 
 
@@ -436,6 +442,10 @@ def _resolved(row: Interrupt) -> ResolvedInterrupt:
         decision=row.decision or "",
         resume_input=row.resume_input,
         resolved_by=row.resolved_by or "",
+        evidence_hash=row.evidence_hash,
+        evidence_canon=row.evidence_canon,
+        scope=row.scope,
+        policy_version=row.policy_version,
     )
 
 
@@ -482,6 +492,24 @@ def _commit_suspend(claimed: Claimed, ctx: StepContext, decl: InterruptDecl, own
         checkpoint_id=ctx.checkpoint_id,
         state_version=run.state_version + 1,
     )
+    facts = [interrupt_store.interrupt_event(interrupt.id, decl), *_counted(ctx)]
+    writes = [insert_interrupt, *_outcomes(ctx)]
+    if ctx.remembered_more:
+        # Kept with the checkpoint the answer binds to: the next execution reads them.
+        writes.append(store.remembered_write(ctx.checkpoint_id, ctx.remembered))
+    if ctx.renewal is not None and decl.supersedes is not None:
+        # The answer does not bind to what the step asks now: it stays as history, and the
+        # new interrupt answers in its place.
+        writes.append(interrupt_store.answer_renewed_write(decl.supersedes, interrupt.id))
+        facts.append((EventKind.REVIEW_RENEWED, {**ctx.renewal, "new": interrupt.id}))
+        log.warning(
+            "answer %s to %s does not bind to what step %s asks now: renewed review %s",
+            decl.supersedes,
+            decl.name,
+            ctx.step,
+            interrupt.id,
+            extra={"action": "review_renewed", "run_id": run.id},
+        )
     try:
         with transaction(autocommit=True) as session:
             store.move(
@@ -491,8 +519,8 @@ def _commit_suspend(claimed: Claimed, ctx: StepContext, decl: InterruptDecl, own
                 actor=actor,
                 fence_epoch=ctx.epoch,
                 detail={"interrupt": decl.name, "kind": decl.kind},
-                facts=[interrupt_store.interrupt_event(interrupt.id, decl), *_counted(ctx)],
-                writes=[insert_interrupt, *_outcomes(ctx)],
+                facts=facts,
+                writes=writes,
                 lease_owner=None,
                 lease_expires_at=None,
             )

@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from models.contracts import json_copy
 from models.errors import FlowDefinitionError
-from worker.flows import defining_file
+from worker.origins import defining_file
 
 M = TypeVar("M", bound=type[BaseModel])
 # Versions start at 1 and are written without leading zeros: "x.v01" would be "x.v1" again.

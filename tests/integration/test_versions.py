@@ -57,21 +57,31 @@ def test_a_resume_accepted_without_the_flow_code_is_revalidated_by_the_worker(
     assert get_run(run_id).output == {"price": "12", "comment": "12 ok"}
 
 
-def test_a_resume_accepted_with_the_flow_code_is_not_revalidated_again(
+def test_a_change_after_the_acceptance_is_a_renewed_review_where_the_step_acts(
     tasks: TaskRecorder,
 ) -> None:
     alice = add_actor("alice", ["approver"])
-    # Given a waiting price approval, accepted where the flow's code is loaded
+    # Given a waiting price approval at 10, accepted where the flow's code is loaded
     scratch_redis().set("price:sku-8", "10")
     run_id = enqueue_run("priced", {"sku": "sku-8"})
     tasks.drain()
     asked = get_run(run_id).pending_interrupts[0]
     assert submit_resume(contract_for(asked, "alice", input={"comment": "ok"}), alice).accepted
-    # When the price changes after the acceptance
+    # When the price changes after the acceptance, before the step acts
     scratch_redis().set("price:sku-8", "11")
     tasks.drain()
-    # Then the accepted answer holds (the gateway revalidated it): the run finishes
-    assert get_run(run_id).state == "succeeded"
+    # Then the step, asking again with price 11, is not handed the approval of price 10:
+    # a renewed review at the same checkpoint, the input kept
+    run = get_run(run_id)
+    assert run.state == "waiting"
+    renewed = run.pending_interrupts[0]
+    assert renewed.evidence == {"sku": "sku-8", "price": "11"}
+    assert (renewed.supersedes, renewed.checkpoint_id) == (asked.id, asked.checkpoint_id)
+    assert renewed.previous_input == {"comment": "ok", "amount_limit": None}
+    # And once price 11 is approved, the run finishes with it
+    assert submit_resume(contract_for(renewed, "alice", input={"comment": "11 ok"}), alice).accepted
+    tasks.drain()
+    assert get_run(run_id).output == {"price": "11", "comment": "11 ok"}
 
 
 def test_flows_check_finds_runs_that_the_loaded_code_would_refuse(

@@ -21,7 +21,8 @@ from models.contracts import (
 from models.enums import Decision, ExpiryPolicy, InterruptKind, ResumeOutcome
 from models.errors import AnswerUnreadableError, BudgetRejectedError, FlowDefinitionError
 from worker.actors import hash_credential
-from worker.context import ResolvedInterrupt, StepContext
+from worker.binding import ResolvedInterrupt
+from worker.context import StepContext
 from worker.declarations import Suspend, declare
 from worker.flows import Flow
 from worker.gateway import MAX_PAYLOAD_CHARS, _payload
@@ -335,7 +336,13 @@ def _ctx(resolved: dict[str, ResolvedInterrupt] | None = None, **fields: Any) ->
 
 def _answer(name: str, decision: str, data: dict[str, Any] | None, schema: str = "unit_review"):
     version = 3 if schema == "unit_review" else 1
-    return {name: ResolvedInterrupt(f"id-{name}", name, schema, version, decision, data, "bob")}
+    # Bound to what ``_ask`` declares: no evidence, no scope.
+    bound = evidence_hash(None)
+    return {
+        name: ResolvedInterrupt(
+            f"id-{name}", name, schema, version, decision, data, "bob", evidence_hash=bound
+        )
+    }
 
 
 def _ask(ctx: StepContext, name: str = "review") -> Any:
