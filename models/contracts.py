@@ -196,6 +196,8 @@ class InterruptFields(Frozen):
     evidence_hash: str
     evidence_canon: str | None = EVIDENCE_CANON
     policy_version: str | None = None
+    ask_group: str | None = None
+    group_need: int | None = None
     separate_from_starter: bool
     on_expiry: str
     escalation: dict[str, Any] | None

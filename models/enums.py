@@ -96,6 +96,10 @@ class EventKind(StrEnum):
     INTERRUPT_EXPIRED = "interrupt_expired"
     ESCALATE = "escalate"
     REVIEW_RENEWED = "review_renewed"
+    # One ask of a group answered while the group's need is not met yet: the run waits on.
+    ASK_ANSWERED = "ask_answered"
+    # The group's need was met: the asks still open were closed (superseded).
+    GROUP_CLOSED = "group_closed"
     PAUSE_REQUESTED = "pause_requested"
     MIGRATE = "migrate"
     ANSWER_CARRIED = "answer_carried"

@@ -31,6 +31,8 @@ from statemachine import interrupt_destination, interrupt_sources
 INTERRUPTS: Table = Interrupt.__table__  # type: ignore[assignment]
 ATTEMPTS: Table = ResumeAttempt.__table__  # type: ignore[assignment]
 PENDING = InterruptStatus.PENDING.value
+# Who closes the asks of a group still open when its need is met.
+GROUP_ACTOR = "system:ask-group"
 INTERRUPT_COLUMNS = tuple(column.key for column in INTERRUPTS.columns)
 ATTEMPT_ID = list(ATTEMPTS.c.keys()).index("id")
 # What a superseding interrupt does not take over from the one it replaces.
@@ -233,6 +235,65 @@ def lock_with_run(session: Session, interrupt_id: str) -> tuple[Interrupt, Run] 
     if found is None:
         return None
     return from_row(Interrupt, found), from_row(Run, found, len(INTERRUPTS.c))
+
+
+def _in_group(interrupt: Interrupt) -> Any:
+    return (
+        (INTERRUPTS.c.run_id == interrupt.run_id)
+        & (INTERRUPTS.c.checkpoint_id == interrupt.checkpoint_id)
+        & (INTERRUPTS.c.ask_group == interrupt.ask_group)
+        & (INTERRUPTS.c.id != interrupt.id)
+    )
+
+
+def group_counts(session: Session, interrupt: Interrupt) -> tuple[int, int]:
+    """How many other asks of ``interrupt``'s group are answered (and still bind: not renewed)
+    and how many are still open. Read with the run locked (``models.runs.lock_run``), so that
+    answers racing for the group's last place are counted one after the other."""
+    answered = (INTERRUPTS.c.status == InterruptStatus.RESOLVED.value) & (
+        INTERRUPTS.c.superseded_by.is_(None)
+    )
+    query = select(
+        func.count().filter(answered), func.count().filter(INTERRUPTS.c.status == PENDING)
+    ).where(_in_group(interrupt))
+    row = session.execute(query).one()
+    return int(row[0]), int(row[1])
+
+
+def close_group_write(run_id: str, checkpoint_id: str, group: str) -> Write:
+    """The UPDATE closing the asks of a group still open once its need is met: ``superseded``
+    by the group, by its compare-and-set on the status (a late answer to one is stale)."""
+
+    def build(prefix: str, guard: FromClause | None) -> UpdateBase:
+        close = update(INTERRUPTS).where(
+            INTERRUPTS.c.run_id == bindparam(prefix + "group_run"),
+            INTERRUPTS.c.checkpoint_id == bindparam(prefix + "group_checkpoint"),
+            INTERRUPTS.c.ask_group == bindparam(prefix + "group_name"),
+            INTERRUPTS.c.status == PENDING,
+        )
+        return (
+            only_if(close, guard)
+            .values(
+                status=InterruptStatus.SUPERSEDED.value,
+                resolved_by=GROUP_ACTOR,
+                resolved_at=bindparam(prefix + "group_at", type_=INTERRUPTS.c.resolved_at.type),
+            )
+            .returning(INTERRUPTS.c.id)
+        )
+
+    params = {
+        "group_run": run_id,
+        "group_checkpoint": checkpoint_id,
+        "group_name": group,
+        "group_at": utcnow(),
+    }
+    return Write(("interrupt_group_closed",), build, params)
+
+
+def close_group(session: Session, run_id: str, checkpoint_id: str, group: str) -> list[str]:
+    """Close the group's open asks now; the ids closed."""
+    write = close_group_write(run_id, checkpoint_id, group)
+    return [row[0] for row in dialect(session).execute(session, write).all()]
 
 
 def get(session: Session, interrupt_id: str) -> Interrupt | None:

@@ -336,6 +336,13 @@ def load_runs(session: Session, run_ids: Collection[str]) -> tuple[dict[str, Run
     return {run.id: run for run in rows}, unreadable
 
 
+def lock_run(session: Session, run_id: str) -> Run | None:
+    """The run as it is now, locked until commit: answers to one ask group queue here."""
+    query = dialect(session).lock(select(*RUNS.c).where(RUNS.c.id == run_id))
+    found = session.execute(query).first()
+    return from_row(Run, found) if found is not None else None
+
+
 @dataclass
 class Claimable:
     run: Run

@@ -177,6 +177,10 @@ class Interrupt(Base):
     # The flow's approval policy version the interrupt was asked under (None: none declared);
     # an answer given under a policy the flow no longer honours is not applied.
     policy_version: Mapped[str | None] = mapped_column(String(64))
+    # An ask of a group asked together by one step (``ctx.ask_all``), and how many of the
+    # group's asks must be answered to release the run (NULL: a lone interrupt).
+    ask_group: Mapped[str | None] = mapped_column(String(200))
+    group_need: Mapped[int | None] = mapped_column(Integer)
     separate_from_starter: Mapped[bool] = mapped_column(Boolean, default=False)
     deadline: Mapped[datetime] = mapped_column(Timestamp())
     # Set when a sweep could not apply its policy: no sweep looks at it again before then

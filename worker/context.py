@@ -85,9 +85,11 @@ class StepContext:
     # added any (then they are kept with its wait).
     remembered: dict[str, Any] = field(default_factory=dict)
     remembered_more: bool = False
-    # An answer this execution found no longer binding, and why: the wait it asks for
-    # supersedes it (a renewed review where the step acts).
-    renewal: dict[str, Any] | None = None
+    # Answers this execution found no longer binding, and why, by answer id: the waits it
+    # asks for supersede them (renewed reviews where the step acts).
+    renewals: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # Ask groups whose need this execution found met: their open asks close with its commit.
+    groups_met: list[str] = field(default_factory=list)
 
     def ledger(self) -> dict[str, LedgerEntry]:
         """The run's effect ledger, read once per execution when a step first needs it."""
@@ -133,43 +135,100 @@ class StepContext:
             )
             raise self.mistake
         self.asked.add(name)
+        decl, answer = self._bound_answer(name, declaration)
+        if answer is not None:
+            return answer
+        if decl.supersedes is None:
+            renews = self._carried_answer()
+            if renews is not None:
+                # A newer version does not ask what was answered: a renewed review, the old
+                # answer kept.
+                decl = decl.model_copy(
+                    update={"supersedes": renews.id, "previous_input": renews.resume_input}
+                )
+        raise self._suspend(decl)
+
+    def ask_all(
+        self,
+        asks: Mapping[str, Mapping[str, Any]],
+        *,
+        need: str | int = "all",
+        group: str | None = None,
+    ) -> dict[str, Resume]:
+        """Ask several interrupts at once; return once ``need`` of them are answered.
+
+        ``asks`` maps each interrupt's name to its declaration (as ``interrupt`` takes it:
+        its own kind, schema, authority, evidence, scope, deadline and expiry policy); each
+        is answered by its own contract. ``need`` is ``"all"``, ``"any"`` or a number k.
+        Returns the answers by name (those given: at least ``need``); when the need is met,
+        the asks still open are closed as superseded. Each answer binds where the step acts,
+        as ``interrupt``'s does. ``group`` names the group (default: its asks' names).
+        """
+        names = list(asks)
+        count = _need(need, len(names))
+        group_name = group if group is not None else "+".join(names)
+        if not names or not isinstance(group_name, str) or not 0 < len(group_name) <= 200:
+            raise FlowDefinitionError(
+                detail=f"step {self.step!r}: ask_all needs asks, and a group name of at most "
+                f"200 characters (group=...), got {group_name!r}"
+            )
+        answers: dict[str, Resume] = {}
+        open_asks: list[InterruptDecl] = []
+        for name in names:
+            if not isinstance(name, str) or name in self.asked:
+                self.mistake = FlowDefinitionError(
+                    detail=f"step {self.step!r}: ask {name!r} of group {group_name!r} is asked "
+                    "twice in one execution (or is not a name)"
+                )
+                raise self.mistake
+            self.asked.add(name)
+            decl, answer = self._bound_answer(name, dict(asks[name]))  # type: ignore[arg-type]
+            if answer is not None:
+                answers[name] = answer
+            else:
+                open_asks.append(
+                    decl.model_copy(update={"ask_group": group_name, "group_need": count})
+                )
+        if len(answers) >= count:
+            if open_asks:
+                self.groups_met.append(group_name)
+            return answers
+        raise self._suspend(open_asks[0], tuple(open_asks[1:]))
+
+    def _bound_answer(
+        self, name: str, declaration: InterruptArgs
+    ) -> tuple[InterruptDecl, Resume | None]:
+        """The declaration of ``name`` and its answer, if one binds to it; a declaration that
+        supersedes an answer that does not bind (a renewed review) otherwise."""
         decl = declare(name, **declaration)
         policy = self.flow.policy_for(name)
         if policy.version is not None:
             decl = decl.model_copy(update={"policy_version": policy.version})
         found = self.resolved.get(name)
-        if found is not None:
-            # An answer binds to its interrupt's name and schema (a version that asks with
-            # another schema asks again), and to the evidence, scope and policy it was given
-            # for: compared here, where the step acts.
-            same_schema = (found.schema_name, found.schema_version) == (
-                decl.schema_name,
-                decl.schema_version,
-            )
-            differs = mismatch(found, decl, policy)
-            if same_schema and differs is None:
-                resumed = self.resume_value(name)
-                assert resumed is not None  # (found is an answer)
-                return resumed
-            # A renewed review: the new interrupt supersedes the answer, its input kept.
-            self.renewal = {
-                "name": name,
-                **(differs.detail(found.id) if differs else {"answer": found.id}),
-                **({} if same_schema else {"schema_changed": True}),
-            }
-            raise self._suspend(
-                decl.model_copy(
-                    update={"supersedes": found.id, "previous_input": found.resume_input}
-                )
-            )
-        renews = self._carried_answer()
-        if renews is not None:
-            # A newer version does not ask what was answered: a renewed review, the old
-            # answer kept.
-            decl = decl.model_copy(
-                update={"supersedes": renews.id, "previous_input": renews.resume_input}
-            )
-        raise self._suspend(decl)
+        if found is None:
+            return decl, None
+        # An answer binds to its interrupt's name and schema (a version that asks with
+        # another schema asks again), and to the evidence, scope and policy it was given
+        # for: compared here, where the step acts.
+        same_schema = (found.schema_name, found.schema_version) == (
+            decl.schema_name,
+            decl.schema_version,
+        )
+        differs = mismatch(found, decl, policy)
+        if same_schema and differs is None:
+            resumed = self.resume_value(name)
+            assert resumed is not None  # (found is an answer)
+            return decl, resumed
+        # A renewed review: the new interrupt supersedes the answer, its input kept.
+        self.renewals[found.id] = {
+            "name": name,
+            **(differs.detail(found.id) if differs else {"answer": found.id}),
+            **({} if same_schema else {"schema_changed": True}),
+        }
+        renewed = decl.model_copy(
+            update={"supersedes": found.id, "previous_input": found.resume_input}
+        )
+        return renewed, None
 
     def remember(self, name: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """``fn(*args, **kwargs)``, computed once at this checkpoint and kept with it.
@@ -266,11 +325,11 @@ class StepContext:
             tool, resume.interrupt_id, True, chosen, proposed, edited, message, resume.actor
         )
 
-    def _suspend(self, decl: InterruptDecl) -> Suspend:
+    def _suspend(self, decl: InterruptDecl, more: tuple[InterruptDecl, ...] = ()) -> Suspend:
         if self.mistake is not None:
             # The step caught its own mistake and asked for a wait: it fails all the same.
             raise self.mistake
-        self.suspended = Suspend(decl)
+        self.suspended = Suspend(decl, more)
         return self.suspended
 
     def _carried_answer(self) -> ResolvedInterrupt | None:
@@ -349,6 +408,20 @@ class StepContext:
             fencing_token=pass_fencing_token,
         )
         return result
+
+
+def _need(need: str | int, asks: int) -> int:
+    """How many answers release a group of ``asks``: all, any (one) or k."""
+    if need == "all":
+        return asks
+    if need == "any":
+        return 1
+    if type(need) is int and 1 <= need <= asks:
+        return need
+    raise FlowDefinitionError(
+        detail=f"ask_all: need must be 'all', 'any' or a whole number from 1 to {asks}, "
+        f"got {need!r}"
+    )
 
 
 def _check_reviewed(

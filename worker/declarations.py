@@ -46,14 +46,16 @@ class InterruptArgs(TypedDict):
 
 
 class Suspend(BaseException):
-    """Control flow, not an error: the step stops here and the run waits for ``decl``.
+    """Control flow, not an error: the step stops here and the run waits for ``decl`` (and
+    ``more``: the other asks of a group asked together).
 
     It derives from BaseException so that a step's ``except Exception`` cannot swallow it.
     """
 
-    def __init__(self, decl: InterruptDecl) -> None:
+    def __init__(self, decl: InterruptDecl, more: tuple[InterruptDecl, ...] = ()) -> None:
         super().__init__(decl.name)
         self.decl = decl
+        self.decls = (decl, *more)
 
 
 # InterruptArgs's keys: those without NotRequired are required (TypedDict cannot tell them

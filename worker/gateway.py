@@ -116,6 +116,9 @@ class SystemResume:
 
     result: ResumeResult
     renewed: tuple[Flow, Interrupt] | None = None
+    # Whether the run was released (an answer to an ask of a group whose need is not met
+    # yet records the answer and the run waits on).
+    released: bool = False
 
 
 @dataclass
@@ -200,6 +203,7 @@ def _decide(contract: ResumeContract, attempt: _Attempt) -> ResumeResult:
 
 def _decide_once(contract: ResumeContract, attempt: _Attempt) -> ResumeResult:
     notify_after: tuple[Flow, Interrupt] | None = None
+    accepted: _Accepted | None = None
     with transaction() as session:
         # Checks 2 and 3 read in one round trip: the actor (held until commit, so that a revoke
         # is ordered after this decision) and the attempt that claimed this key, if any.
@@ -231,7 +235,7 @@ def _decide_once(contract: ResumeContract, attempt: _Attempt) -> ResumeResult:
         try:
             interrupt, run, flow, submitted, new_interrupt = _check(session, contract, actor)
             if new_interrupt is None:
-                result = _accept(
+                accepted = _accept(
                     session,
                     contract,
                     submitted,
@@ -240,6 +244,7 @@ def _decide_once(contract: ResumeContract, attempt: _Attempt) -> ResumeResult:
                     run,
                     revalidated=flow is not None,
                 )
+                result = accepted.result
         except Refusal as refusal:
             return _insert(session, attempt, refusal.outcome, refusal.reason)
         if new_interrupt is not None and flow is not None:
@@ -254,9 +259,34 @@ def _decide_once(contract: ResumeContract, attempt: _Attempt) -> ResumeResult:
             )
     if notify_after is not None:
         notify(*notify_after)
-    if result.accepted:
+    if accepted is not None and accepted.group is not None:
+        _close_group(run.id, interrupt.checkpoint_id, accepted.group)
+    if accepted is not None and accepted.released:
         dispatch.publish_step(run.id, flow=run.flow_name, step=run.next_step, resume=True)
     return result
+
+
+def _close_group(run_id: str, checkpoint_id: str, group: str) -> None:
+    """The asks of a met group still open are closed now (the resumed step's commit closes
+    them too, should this fail): a late answer to one finds it superseded."""
+    try:
+        with transaction() as session:
+            closed = store.close_group(session, run_id, checkpoint_id, group)
+            if closed:
+                run_store.record_event(
+                    session,
+                    run_id,
+                    actor=store.GROUP_ACTOR,
+                    kind=EventKind.GROUP_CLOSED,
+                    detail={"group": group, "closed": closed, "reason": "the group's need is met"},
+                )
+    except Exception:
+        log.warning(
+            "closing the open asks of group %r failed; the resumed step closes them",
+            group,
+            exc_info=True,
+            extra={"action": "group_close_failed", "run_id": run_id},
+        )
 
 
 def _check(
@@ -482,16 +512,24 @@ def _accept(
     run: Run,
     *,
     revalidated: bool = True,
-) -> ResumeResult:
+) -> _Accepted:
     """Check 9: resolve the interrupt and move the run to ``resuming``, all or nothing.
 
     Without the flow's code here, check 8 is left to the worker that continues the run
-    (``revalidation: deferred`` on the event).
+    (``revalidation: deferred`` on the event). An ask of a group releases the run only with
+    the answer that meets the group's need; the others are recorded and the run waits on.
     """
     now = utcnow()
     # Recorded under the authenticated id's normal form, not as the contract spells it.
     who = attempt.actor_id or contract.actor.id
     actor = f"{contract.actor.type}:{who}"
+    group = None
+    if interrupt.ask_group is not None:
+        group = _group_progress(session, interrupt, run)
+        if not group.met:
+            return _Accepted(
+                _answer_in_group(session, contract, submitted, attempt, interrupt, group)
+            )
     fields: dict[str, Any] = {"dispatched_at": now}
     approved = contract.decision is Decision.APPROVED
     if interrupt.kind == InterruptKind.BUDGET.value and approved:
@@ -534,7 +572,85 @@ def _accept(
     if attempt_id is None:  # (the run moved: _LostRace rolls the transaction back)
         raise _LostRace("interrupt was resolved concurrently")
     store.moved(interrupt, resolved)
-    return _recorded(attempt, int(attempt_id), outcome, values["reason"])
+    result = _recorded(attempt, int(attempt_id), outcome, values["reason"])
+    return _Accepted(result, released=True, group=interrupt.ask_group if group else None)
+
+
+@dataclass(frozen=True)
+class _Accepted:
+    """An accepted answer; ``released``: it moved the run to ``resuming`` (publish its step);
+    ``group``: the ask group whose need it met (its open asks close after commit)."""
+
+    result: ResumeResult
+    released: bool = False
+    group: str | None = None
+
+
+@dataclass(frozen=True)
+class _Group:
+    answered: int
+    open: int
+    need: int
+
+    @property
+    def met(self) -> bool:
+        # This answer counts too.
+        return self.answered + 1 >= self.need
+
+
+def _group_progress(session: Session, interrupt: Interrupt, run: Run) -> _Group:
+    """Where the interrupt's group stands, read with the run locked: answers racing for the
+    group's last place are decided one after the other, so it is completed exactly once."""
+    locked = run_store.lock_run(session, run.id)
+    if (
+        locked is None
+        or locked.state != RunState.WAITING.value
+        or locked.state_version != interrupt.state_version
+    ):
+        raise Refusal(ResumeOutcome.STALE, "the run moved on: its ask group was released")
+    answered, still_open = store.group_counts(session, interrupt)
+    return _Group(answered, still_open, int(interrupt.group_need or 1))
+
+
+def _answer_in_group(
+    session: Session,
+    contract: ResumeContract,
+    submitted: dict[str, Any],
+    attempt: _Attempt,
+    interrupt: Interrupt,
+    group: _Group,
+) -> ResumeResult:
+    """Record an answer to one ask of a group whose need is not met yet: the run waits on."""
+    who = attempt.actor_id or contract.actor.id
+    actor = f"{contract.actor.type}:{who}"
+    if not store.transition(
+        session,
+        interrupt,
+        "resolve",
+        decision=contract.decision.value,
+        resume_input=submitted,
+        resolved_by=who,
+    ):
+        raise _LostRace("interrupt was resolved concurrently")
+    given = group.answered + 1
+    run_store.record_event(
+        session,
+        interrupt.run_id,
+        actor=actor,
+        kind=EventKind.ASK_ANSWERED,
+        detail={
+            "interrupt_id": interrupt.id,
+            "group": interrupt.ask_group,
+            "decision": contract.decision.value,
+            "answered": given,
+            "need": group.need,
+        },
+    )
+    reason = (
+        f"{contract.decision.value} by {actor}; group {interrupt.ask_group!r}: {given} of "
+        f"{group.need} needed answered, the run waits on the rest"
+    )
+    return _insert(session, attempt, ResumeOutcome.ACCEPTED, reason)
 
 
 def _repeat(session: Session, attempt: _Attempt, original: ResumeAttempt) -> ResumeResult:
@@ -811,7 +927,8 @@ def resume_as_system(
             return SystemResume(result, renewed=(code[0], renewed))
         # A savepoint here: the sweep goes on with its batch after a lost race.
         with session.begin_nested():
-            return SystemResume(_accept(session, contract, submitted, attempt, interrupt, run))
+            accepted = _accept(session, contract, submitted, attempt, interrupt, run)
+            return SystemResume(accepted.result, released=accepted.released)
     except _Undecided as undecided:
         raise SystemDeferred(undecided.reason) from None
     except _LostRace as lost:

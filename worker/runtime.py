@@ -170,7 +170,7 @@ def _execute_step(claimed: Claimed, owner: str, *, may_chain: bool) -> Ended:
         lease_seconds=_lease(claimed.step),
         remembered=dict(claimed.checkpoint.remembered or {}),
     )
-    suspension: InterruptDecl | None = None
+    suspension: tuple[InterruptDecl, ...] | None = None
     try:
         if run.pause_requested_by and PAUSE_INTERRUPT not in claimed.resolved:
             raise Suspend(_pause_decl(run, flow))
@@ -200,7 +200,7 @@ def _execute_step(claimed: Claimed, owner: str, *, may_chain: bool) -> Ended:
     except Suspend as signal:
         # Committed below, outside the handler: a notifier's failure there is its own, not
         # one raised "during handling of" the step's signal.
-        suspension = signal.decl
+        suspension = signal.decls
     except (FencedError, StaleStateError, LeaseMarginError) as exc:
         # (a lease too short to call an effect: the reaper hands the run on once it expires)
         ended = _discard(run.id, exc)
@@ -467,13 +467,23 @@ def _counted(ctx: StepContext) -> list[tuple[EventKind, Any]]:
 
 
 def _outcomes(ctx: StepContext) -> Sequence[Write]:
-    """Effect outcomes the step has not written yet, to be written with its commit."""
-    return effect_store.outcome_writes(
-        run_id=ctx.run_id, epoch=ctx.epoch, outcomes=ctx.pending_outcomes
+    """Effect outcomes the step has not written yet, and the closing of the ask groups whose
+    need it found met, to be written with its commit."""
+    writes = list(
+        effect_store.outcome_writes(
+            run_id=ctx.run_id, epoch=ctx.epoch, outcomes=ctx.pending_outcomes
+        )
     )
+    for group in ctx.groups_met:
+        # (The gateway closed them once the need was met; a crash in between leaves it here.)
+        writes.append(interrupt_store.close_group_write(ctx.run_id, ctx.checkpoint_id, group))
+    return writes
 
 
-def _commit_suspend(claimed: Claimed, ctx: StepContext, decl: InterruptDecl, owner: str) -> Ended:
+def _commit_suspend(
+    claimed: Claimed, ctx: StepContext, decls: tuple[InterruptDecl, ...], owner: str
+) -> Ended:
+    """Commit the run's wait on ``decls`` (one interrupt, or the open asks of a group)."""
     run, actor = claimed.run, f"worker:{owner}"
     unrecorded = [
         k for k, e in (ctx.effects or {}).items() if e.status == "intent" and e.epoch == ctx.epoch
@@ -485,31 +495,41 @@ def _commit_suspend(claimed: Claimed, ctx: StepContext, decl: InterruptDecl, own
             EffectError(run_id=run.id, name=unrecorded[0], detail="left unrecorded at suspension"),
             owner,
         )
-    interrupt, insert_interrupt = interrupt_store.new_interrupt(
-        run,
-        decl,
-        step=ctx.step,
-        checkpoint_id=ctx.checkpoint_id,
-        state_version=run.state_version + 1,
-    )
-    facts = [interrupt_store.interrupt_event(interrupt.id, decl), *_counted(ctx)]
-    writes = [insert_interrupt, *_outcomes(ctx)]
+    interrupts: list[Interrupt] = []
+    facts: list[tuple[EventKind, Any]] = []
+    writes: list[Write] = []
+    for decl in decls:
+        interrupt, insert_interrupt = interrupt_store.new_interrupt(
+            run,
+            decl,
+            step=ctx.step,
+            checkpoint_id=ctx.checkpoint_id,
+            state_version=run.state_version + 1,
+        )
+        interrupts.append(interrupt)
+        facts.append(interrupt_store.interrupt_event(interrupt.id, decl))
+        writes.append(insert_interrupt)
+        renewal = ctx.renewals.get(decl.supersedes or "")
+        if renewal is not None and decl.supersedes is not None:
+            # The answer does not bind to what the step asks now: it stays as history, and
+            # the new interrupt answers in its place.
+            writes.append(interrupt_store.answer_renewed_write(decl.supersedes, interrupt.id))
+            facts.append((EventKind.REVIEW_RENEWED, {**renewal, "new": interrupt.id}))
+            log.warning(
+                "answer %s to %s does not bind to what step %s asks now: renewed review %s",
+                decl.supersedes,
+                decl.name,
+                ctx.step,
+                interrupt.id,
+                extra={"action": "review_renewed", "run_id": run.id},
+            )
     if ctx.remembered_more:
         # Kept with the checkpoint the answer binds to: the next execution reads them.
         writes.append(store.remembered_write(ctx.checkpoint_id, ctx.remembered))
-    if ctx.renewal is not None and decl.supersedes is not None:
-        # The answer does not bind to what the step asks now: it stays as history, and the
-        # new interrupt answers in its place.
-        writes.append(interrupt_store.answer_renewed_write(decl.supersedes, interrupt.id))
-        facts.append((EventKind.REVIEW_RENEWED, {**ctx.renewal, "new": interrupt.id}))
-        log.warning(
-            "answer %s to %s does not bind to what step %s asks now: renewed review %s",
-            decl.supersedes,
-            decl.name,
-            ctx.step,
-            interrupt.id,
-            extra={"action": "review_renewed", "run_id": run.id},
-        )
+    first = decls[0]
+    detail: dict[str, Any] = {"interrupt": first.name, "kind": first.kind}
+    if first.ask_group is not None:
+        detail.update(group=first.ask_group, need=first.group_need, asks=[d.name for d in decls])
     try:
         with transaction(autocommit=True) as session:
             store.move(
@@ -518,16 +538,21 @@ def _commit_suspend(claimed: Claimed, ctx: StepContext, decl: InterruptDecl, own
                 EventKind.SUSPEND,
                 actor=actor,
                 fence_epoch=ctx.epoch,
-                detail={"interrupt": decl.name, "kind": decl.kind},
-                facts=facts,
-                writes=writes,
+                detail=detail,
+                facts=[*facts, *_counted(ctx)],
+                writes=[*writes, *_outcomes(ctx)],
                 lease_owner=None,
                 lease_expires_at=None,
             )
     except (FencedError, StaleStateError) as exc:
         return _discard(run.id, exc)
-    log.info("run waiting on %s", decl.name, extra={"action": "suspend", "run_id": run.id})
-    notify(claimed.flow, interrupt)
+    log.info(
+        "run waiting on %s",
+        ", ".join(d.name for d in decls),
+        extra={"action": "suspend", "run_id": run.id},
+    )
+    for interrupt in interrupts:
+        notify(claimed.flow, interrupt)
     return Ended(StepOutcome.WAITING)
 
 

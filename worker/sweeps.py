@@ -277,6 +277,9 @@ def _apply(
         return None
     if policy is ExpiryPolicy.DEFAULT:
         return _default(session, interrupt, run)
+    if policy is ExpiryPolicy.EXPIRE and interrupt.ask_group is not None:
+        _expire_ask(session, interrupt, run)
+        return None
     _end(
         session,
         interrupt,
@@ -284,6 +287,38 @@ def _apply(
         EventKind.CANCEL if policy is ExpiryPolicy.CANCEL else EventKind.EXPIRE,
     )
     return None
+
+
+def _expire_ask(session: Session, interrupt: Interrupt, run: Run) -> None:
+    """An ask of a group expires as not given: the run waits on while the group's need can
+    still be met by the asks left open (``any``, k of n), and expires once it cannot (an
+    ``all`` group at its first expired ask)."""
+    # Counted with the run locked, as the gateway counts answers (interrupt, then run).
+    run_store.lock_run(session, run.id)
+    answered, still_open = store.group_counts(session, interrupt)
+    need = int(interrupt.group_need or 1)
+    if answered + still_open < need:
+        _end(
+            session,
+            interrupt,
+            run,
+            EventKind.EXPIRE,
+            note=f"group {interrupt.ask_group!r} can no longer have {need} answers",
+        )
+        return
+    _close(session, interrupt)
+    run_store.record_event(
+        session,
+        run.id,
+        actor=SYSTEM_ACTOR,
+        kind=EventKind.INTERRUPT_EXPIRED,
+        detail={
+            **_detail(interrupt),
+            "group": interrupt.ask_group,
+            "note": "counts as not given; the group can still be met",
+        },
+    )
+    _log(interrupt, "expire_ask")
 
 
 def _waits_on(run: Run, interrupt: Interrupt) -> bool:
@@ -415,6 +450,9 @@ def _default(session: Session, interrupt: Interrupt, run: Run) -> AfterCommit | 
         _end(session, interrupt, run, EventKind.EXPIRE, note=result.reason)
         return None
     _log(interrupt, "default")
+    if not done.released:
+        # One ask of a group answered by its default; the run waits on the rest.
+        return None
     return (run.id, True, run.flow_name, run.next_step)
 
 

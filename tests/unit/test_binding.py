@@ -107,10 +107,11 @@ def test_other_evidence_or_scope_at_the_act_renews_the_review(
         _ask(ctx, evidence, scope)
     decl = asked.value.decl
     assert (decl.supersedes, decl.previous_input) == ("i1", {"note": "yes"})
-    assert ctx.renewal is not None and ctx.renewal["answer"] == "i1"
-    assert ctx.renewal["answered_hash"] == evidence_hash({"amount": 10})
-    assert ctx.renewal["evidence_hash"] == evidence_hash(evidence)
-    assert ctx.renewal.get("scope_changed", False) is (what == "scope")
+    renewal = ctx.renewals["i1"]
+    assert renewal["answer"] == "i1"
+    assert renewal["answered_hash"] == evidence_hash({"amount": 10})
+    assert renewal["evidence_hash"] == evidence_hash(evidence)
+    assert renewal.get("scope_changed", False) is (what == "scope")
 
 
 def test_an_answer_recorded_before_rfc8785_is_compared_as_it_was_hashed() -> None:

@@ -1,4 +1,4 @@
-"""interrupts record their policy version; checkpoints keep remembered values
+"""interrupts record their policy version and ask group; checkpoints keep remembered values
 
 Revision ID: policy_version_remembered
 Revises: interrupt_put_off_until
@@ -23,6 +23,8 @@ def upgrade() -> None:
     # policy declared, nothing remembered).
     with op.batch_alter_table("interrupts") as batch:
         batch.add_column(sa.Column("policy_version", sa.String(64), nullable=True))
+        batch.add_column(sa.Column("ask_group", sa.String(200), nullable=True))
+        batch.add_column(sa.Column("group_need", sa.Integer(), nullable=True))
     with op.batch_alter_table("checkpoints") as batch:
         batch.add_column(
             sa.Column(
@@ -37,4 +39,6 @@ def downgrade() -> None:
     with op.batch_alter_table("checkpoints") as batch:
         batch.drop_column("remembered")
     with op.batch_alter_table("interrupts") as batch:
+        batch.drop_column("group_need")
+        batch.drop_column("ask_group")
         batch.drop_column("policy_version")
