@@ -239,6 +239,18 @@ class InterruptView(InterruptFields):
         return f"{self.schema_name}.v{self.schema_version}"
 
 
+class AskGroupView(Frozen):
+    """An ask group at the run's checkpoint: which asks are answered, which open, what is
+    still needed to release the run."""
+
+    group: str
+    need: int
+    answered: list[str]
+    open: list[str]
+    closed: list[str]
+    still_needed: int
+
+
 class RunView(Frozen):
     id: str
     flow_name: str
@@ -260,6 +272,7 @@ class RunView(Frozen):
     created_at: datetime
     updated_at: datetime
     finished_at: datetime | None
+    ask_groups: list[AskGroupView] = []
 
 
 class RunSummary(Frozen):

@@ -296,6 +296,20 @@ def close_group(session: Session, run_id: str, checkpoint_id: str, group: str) -
     return [row[0] for row in dialect(session).execute(session, write).all()]
 
 
+def group_asks(session: Session, run_id: str, checkpoint_id: str) -> list[Interrupt]:
+    """The asks of every ask group of a run at one checkpoint, oldest first."""
+    query = (
+        select(Interrupt)
+        .where(
+            Interrupt.run_id == run_id,
+            Interrupt.checkpoint_id == checkpoint_id,
+            Interrupt.ask_group.is_not(None),
+        )
+        .order_by(Interrupt.created_at, Interrupt.name)
+    )
+    return list(session.execute(query).scalars())
+
+
 def get(session: Session, interrupt_id: str) -> Interrupt | None:
     if not storable_id(interrupt_id):
         return None

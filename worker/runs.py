@@ -31,6 +31,7 @@ from models.identity import actor_id_problem, normal_actor_id
 from models.runs import storable_text, unstorable_where
 from worker import arguments, authority, dispatch
 from worker.actors import Credential
+from worker.ask_groups import group_views
 from worker.authority import ActorType
 from worker.flows import get_flow
 from worker.interrupts import view as interrupt_view
@@ -144,6 +145,7 @@ def get_run(run_id: str) -> RunView:
         run = store.load_run(session, run_id)
         checkpoint = store.latest_checkpoint(session, run)
         pending = interrupt_store.pending_of_run(session, run_id)
+        groups = group_views(interrupt_store.group_asks(session, run_id, checkpoint.id))
         return RunView(
             id=run.id,
             flow_name=run.flow_name,
@@ -165,6 +167,7 @@ def get_run(run_id: str) -> RunView:
             created_at=run.created_at,
             updated_at=run.updated_at,
             finished_at=run.finished_at,
+            ask_groups=groups,
         )
 
 

@@ -206,3 +206,15 @@ def test_every_answer_of_a_group_binds_where_the_step_acts(
     assert _answer(teams, renewed["finance"]).accepted
     assert _answer(teams, renewed["legal"]).accepted
     assert drain_finished(run_id) == "succeeded"
+
+
+def test_a_run_shows_its_group_as_a_group(teams: dict[str, str], tasks: TaskRecorder) -> None:
+    run_id = enqueue_run("signoff", {"need": 2, "teams": ["finance", "legal", "security"]})
+    drain()
+    asks = _asks(run_id)
+    assert _answer(teams, asks["legal"]).accepted
+    [group] = get_run(run_id).ask_groups
+    assert (group.group, group.need, group.still_needed) == ("signoff", 2, 1)
+    assert group.answered == ["legal"]
+    assert sorted(group.open) == ["finance", "security"]
+    assert group.closed == []

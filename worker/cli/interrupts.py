@@ -129,7 +129,8 @@ def _list(args: argparse.Namespace, out: Output) -> int:
                 out.id(i.id),
                 out.id(i.run_id),
                 i.kind,
-                i.name,
+                # An ask of a group says so: its group and how many of it are needed.
+                i.name if i.ask_group is None else f"{i.name} [{i.ask_group}: {i.group_need}]",
                 i.status,
                 f"waiting {format_age(waited[i.id] or 0)}"
                 if waited[i.id] is not None
@@ -189,6 +190,12 @@ def _show(args: argparse.Namespace, out: Output) -> int:
             ("resolved by", interrupt.resolved_by or "-"),
             ("supersedes", interrupt.supersedes or "-"),
             ("superseded by", interrupt.superseded_by or "-"),
+            *(
+                [("ask group", f"{interrupt.ask_group} (needs {interrupt.group_need})")]
+                if interrupt.ask_group is not None
+                else []
+            ),
+            *([("policy version", interrupt.policy_version)] if interrupt.policy_version else []),
         ]
     )
     out.block("scope", interrupt.scope)

@@ -248,6 +248,12 @@ def _show(args: argparse.Namespace, out: Output) -> int:
             f"waiting on interrupt {out.id(pending.id)} ({pending.kind} {pending.name!r}), "
             f"deadline {until(pending.deadline)}: interlude interrupts show {out.id(pending.id)}"
         )
+    for asked in run.ask_groups:
+        out.line(
+            f"ask group {asked.group!r}: needs {asked.need}, {asked.still_needed} more; "
+            f"answered: {', '.join(asked.answered) or '-'}; open: {', '.join(asked.open) or '-'}"
+            + (f"; closed: {', '.join(asked.closed)}" if asked.closed else "")
+        )
     if sum(counts.values()) > len(attempts):
         out.line(
             f"the timeline shows the newest {len(attempts)} resume attempts and every accepted "

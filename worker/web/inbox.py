@@ -19,7 +19,7 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import RedirectResponse, Response
 from starlette.datastructures import FormData
 
-from models.contracts import ActorView, InterruptView, ResumeResult
+from models.contracts import ActorView, AskGroupView, InterruptView, ResumeResult
 from models.db import utcnow
 from models.enums import InterruptStatus, ResumeOutcome
 from models.errors import InterludeError, InterruptNotFoundError
@@ -254,8 +254,17 @@ def interrupt_page(request: Request, interrupt_id: str) -> Response:
         "pretty": _pretty,
         # Sent back as submitted: the scope is bound to what the responder was shown.
         "scope_json": json.dumps(interrupt.scope),
+        "group": _group_of(interrupt),
     }
     return _page(request, "interrupt.html", context)
+
+
+def _group_of(interrupt: InterruptView) -> AskGroupView | None:
+    """The ask group the interrupt belongs to, as it stands (None: a lone interrupt)."""
+    if interrupt.ask_group is None:
+        return None
+    groups = get_run(interrupt.run_id).ask_groups
+    return next((g for g in groups if g.group == interrupt.ask_group), None)
 
 
 @router.post("/interrupts/{interrupt_id}")
