@@ -251,6 +251,15 @@ class AskGroupView(Frozen):
     still_needed: int
 
 
+class KeptEventView(Frozen):
+    """An event kept in a run's mailbox until the run asks for it."""
+
+    name: str
+    sender: str
+    arrived_at: datetime
+    payload: Any
+
+
 class RunView(Frozen):
     id: str
     flow_name: str
@@ -273,6 +282,7 @@ class RunView(Frozen):
     updated_at: datetime
     finished_at: datetime | None
     ask_groups: list[AskGroupView] = []
+    kept_events: list[KeptEventView] = []
 
 
 class RunSummary(Frozen):

@@ -67,6 +67,9 @@ class ResumeOutcome(StrEnum):
     UNKNOWN_SCHEMA = "unknown_schema"
     # The actor's idempotency key was used before with another payload.
     KEY_REUSED = "key_reused"
+    # An event received for a run not waiting on it yet: kept in the run's mailbox, it answers
+    # the run's ask for it when the run asks.
+    KEPT = "kept"
 
 
 class EffectStatus(StrEnum):
@@ -100,6 +103,8 @@ class EventKind(StrEnum):
     ASK_ANSWERED = "ask_answered"
     # The group's need was met: the asks still open were closed (superseded).
     GROUP_CLOSED = "group_closed"
+    # An event answered the run's wait for it: sent while it waited, or kept until it asked.
+    EVENT_DELIVERED = "event_delivered"
     PAUSE_REQUESTED = "pause_requested"
     MIGRATE = "migrate"
     ANSWER_CARRIED = "answer_carried"

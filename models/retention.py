@@ -16,12 +16,20 @@ from sqlalchemy import ColumnElement, Table, delete, func, or_, select
 from sqlalchemy.orm import Session
 
 from models.db import dialect
-from models.tables import Checkpoint, Effect, Event, Interrupt, ResumeAttempt, Run
+from models.tables import Checkpoint, Effect, Event, Interrupt, KeptEvent, ResumeAttempt, Run
 from statemachine import TERMINAL_STATES
 
 TERMINAL = sorted(state.value for state in TERMINAL_STATES)
 # Children first: what refers to a run goes before the run.
-PURGED_TABLES = ("resume_attempts", "effects", "events", "checkpoints", "interrupts", "runs")
+PURGED_TABLES = (
+    "resume_attempts",
+    "effects",
+    "kept_events",
+    "events",
+    "checkpoints",
+    "interrupts",
+    "runs",
+)
 
 
 def _table(model: Any) -> Table:
@@ -45,6 +53,7 @@ def count_purgeable(session: Session, cutoff: datetime) -> dict[str, int]:
     counted = {
         "resume_attempts": select(func.count()).where(_attempts_of(runs)),
         "effects": select(func.count()).where(Effect.run_id.in_(runs)),
+        "kept_events": select(func.count()).where(KeptEvent.run_id.in_(runs)),
         "events": select(func.count()).where(Event.run_id.in_(runs)),
         "checkpoints": select(func.count()).where(Checkpoint.run_id.in_(runs)),
         "interrupts": select(func.count()).where(Interrupt.run_id.in_(runs)),
@@ -64,6 +73,7 @@ def purge_finished_runs(session: Session, cutoff: datetime, *, limit: int) -> di
     statements = {
         "resume_attempts": delete(_table(ResumeAttempt)).where(_attempts_of(run_ids)),
         "effects": delete(_table(Effect)).where(Effect.run_id.in_(run_ids)),
+        "kept_events": delete(_table(KeptEvent)).where(KeptEvent.run_id.in_(run_ids)),
         "events": delete(_table(Event)).where(Event.run_id.in_(run_ids)),
         "checkpoints": delete(_table(Checkpoint)).where(Checkpoint.run_id.in_(run_ids)),
         "interrupts": delete(_table(Interrupt)).where(Interrupt.run_id.in_(run_ids)),

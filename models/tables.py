@@ -209,6 +209,25 @@ class Interrupt(Base):
     )
 
 
+class KeptEvent(Base):
+    """An event sent to a run before it waits on it: kept until the run asks (its mailbox)."""
+
+    __tablename__ = "kept_events"
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"))
+    name: Mapped[str] = mapped_column(String(200))
+    payload: Mapped[Any] = mapped_column(Json)
+    sender: Mapped[str] = mapped_column(String(200))
+    sender_kind: Mapped[str] = mapped_column(String(16))
+    arrived_at: Mapped[datetime] = mapped_column(Timestamp())
+    # Set once, when the event answers the run's ask (the interrupt it answered).
+    consumed_at: Mapped[datetime | None] = mapped_column(Timestamp())
+    interrupt_id: Mapped[str | None] = mapped_column(String(32))
+
+    __table_args__ = (Index(None, "run_id", "name", "consumed_at"),)
+
+
 class ResumeAttempt(Base):
     __tablename__ = "resume_attempts"
 

@@ -32,7 +32,16 @@ FLOW_MODULES = (
     "examples.procurement,"
     "examples.deploy_gate"
 )
-TABLES = ("events", "checkpoints", "effects", "resume_attempts", "interrupts", "runs", "actors")
+TABLES = (
+    "events",
+    "checkpoints",
+    "effects",
+    "resume_attempts",
+    "kept_events",
+    "interrupts",
+    "runs",
+    "actors",
+)
 
 
 def unavailable(what: str, exc: BaseException) -> None:

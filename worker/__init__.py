@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     )
     from worker.context import Resume, StepContext
     from worker.effects import NOT_APPLIED, UNKNOWN
+    from worker.events import send_event
     from worker.flows import Flow
     from worker.gateway import submit_resume
     from worker.interrupts import (
@@ -59,6 +60,7 @@ _EXPORTS = {
     "UNKNOWN": "worker.effects",
     "Flow": "worker.flows",
     "submit_resume": "worker.gateway",
+    "send_event": "worker.events",
     "count_resume_attempts": "worker.interrupts",
     "get_interrupt": "worker.interrupts",
     "list_interrupts": "worker.interrupts",
@@ -101,6 +103,7 @@ __all__ = [
     "pause_run",
     "revoke_actor",
     "rotate_actor",
+    "send_event",
     "set_actor_kind",
     "set_actor_roles",
     "submit_resume",

@@ -230,6 +230,38 @@ class StepContext:
         )
         return renewed, None
 
+    def event_ask(
+        self, name: str, *, expires_in: float | timedelta, **declaration: Any
+    ) -> dict[str, Any]:
+        """The declaration of a wait for event ``name`` (declared with ``flow.event``), for
+        ``ask_all`` (wait for any of several events: ``need="any"``)."""
+        event = self.flow.events.get(name)
+        if event is None:
+            known = ", ".join(sorted(self.flow.events)) or "none"
+            raise FlowDefinitionError(
+                detail=f"step {self.step!r} waits for event {name!r}, which flow "
+                f"{self.flow.name!r} does not declare (its events: {known}): declare it with "
+                f"flow.event({name!r}, input=..., authority=...)"
+            )
+        return {
+            "kind": InterruptKind.EVENT,
+            "input": event.input,
+            "authority": list(event.roles),
+            "expires_in": expires_in,
+            "reason": declaration.pop("reason", f"waiting for event {name}"),
+            **declaration,
+        }
+
+    def wait_for_event(
+        self, name: str, *, expires_in: float | timedelta, **declaration: Any
+    ) -> Resume:
+        """Wait for event ``name``; its payload (validated) comes back as the answer's input.
+
+        An event sent before the run asks was kept: it answers at once, without a wait that
+        holds anything.
+        """
+        return self.interrupt(name, **self.event_ask(name, expires_in=expires_in, **declaration))
+
     def remember(self, name: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """``fn(*args, **kwargs)``, computed once at this checkpoint and kept with it.
 

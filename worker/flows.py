@@ -24,6 +24,7 @@ from models.errors import (
     UnknownStepError,
 )
 from models.settings import LONGEST_SECONDS, get_settings
+from worker.eventdefs import EventDef, define_event
 from worker.origins import defining_file
 from worker.policies import NO_POLICY, Policy, checked_policy, checked_roles
 from worker.toolcalls import Tool, declare_tool
@@ -85,6 +86,8 @@ class Flow:
     policies: dict[str, Policy] = field(default_factory=dict)
     # Tools whose proposed calls a responder reviews (``tool``, ``ctx.review_call``).
     tools: dict[str, Tool] = field(default_factory=dict)
+    # Events its steps wait for, which may arrive before they ask (``event``).
+    events: dict[str, EventDef] = field(default_factory=dict)
     # How an interrupt's evidence, as a version asked it, reads on this one: by (version,
     # interrupt name) (``migrates_evidence``).
     evidence_migrations: dict[tuple[int, str], EvidenceMigration] = field(default_factory=dict)
@@ -168,6 +171,20 @@ class Flow:
             raise FlowDefinitionError(detail=f"{where}: tool {name!r} is declared twice")
         declared = declare_tool(where, name, args, authority)
         self.tools[name] = declared
+        return declared
+
+    def event(self, name: str, *, input: type[BaseModel], authority: list[str]) -> EventDef:
+        """Declare an event the flow's steps wait for (``ctx.wait_for_event``).
+
+        ``send_event`` authenticates its sender, checks the sender holds one of
+        ``authority``'s roles and validates the payload against ``input`` at once; an event
+        the run does not wait on yet is kept until it asks.
+        """
+        where = f"flow {self.name!r} v{self.version}"
+        if name in self.events:
+            raise FlowDefinitionError(detail=f"{where}: event {name!r} is declared twice")
+        declared = define_event(where, name, input, authority)
+        self.events[name] = declared
         return declared
 
     def migrates_evidence(

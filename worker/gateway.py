@@ -864,7 +864,14 @@ def _storable(value: Any) -> Any:
 
 
 def resume_as_system(
-    session: Session, interrupt: Interrupt, *, actor_id: str, input: dict[str, Any], reason: str
+    session: Session,
+    interrupt: Interrupt,
+    *,
+    actor_id: str,
+    input: dict[str, Any],
+    reason: str,
+    actor_type: str = "service",
+    given: bool = False,
 ) -> SystemResume:
     """Approve ``interrupt`` with ``input`` on the system's behalf (the ``default`` expiry policy).
 
@@ -876,6 +883,10 @@ def resume_as_system(
     nothing (SystemDeferred), where this process cannot check the answer: the flow's code is not
     here, the interrupt's schema is unknown or changed here, or the revalidation fails. Runs in
     the caller's transaction; the caller publishes the resume task after commit when accepted.
+
+    ``given``: an answer an actor gave earlier (an event kept in the run's mailbox), delivered
+    now as that actor's: without the flow's code here its revalidation is left to the worker,
+    as for a person's resume, rather than deferred.
     """
     run = run_store.find_run(session, interrupt.run_id)
     contract = ResumeContract(
@@ -883,7 +894,7 @@ def resume_as_system(
         run_id=interrupt.run_id,
         checkpoint_id=interrupt.checkpoint_id,
         interrupt_id=interrupt.id,
-        actor=ActorRef(type="service", id=actor_id),
+        actor=ActorRef(type=actor_type, id=actor_id),
         decision=Decision.APPROVED,
         input=input,
         scope=interrupt.scope,
@@ -908,6 +919,11 @@ def resume_as_system(
         _check_binding(contract, interrupt, run)
         submitted = _submitted(_validate_input(contract, interrupt))
         code = _flow_for(run)
+        if code is None and given:
+            accepted = _accept(
+                session, contract, submitted, attempt, interrupt, run, revalidated=False
+            )
+            return SystemResume(accepted.result, released=accepted.released)
         if code is None:
             # A person's resume leaves check 8 to the worker; an approval nobody gave waits
             # instead for a process that can check the evidence before it is given.

@@ -9,12 +9,13 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from models import interrupts as interrupt_store
-from models import queries
+from models import mailbox, queries
 from models import runs as store
 from models.contracts import (
     CheckpointView,
     EffectView,
     EventView,
+    KeptEventView,
     RunSummary,
     RunView,
     json_copy,
@@ -146,6 +147,10 @@ def get_run(run_id: str) -> RunView:
         checkpoint = store.latest_checkpoint(session, run)
         pending = interrupt_store.pending_of_run(session, run_id)
         groups = group_views(interrupt_store.group_asks(session, run_id, checkpoint.id))
+        kept = [
+            KeptEventView(name=k.name, sender=k.sender, arrived_at=k.arrived_at, payload=k.payload)
+            for k in mailbox.kept_of_run(session, run_id)
+        ]
         return RunView(
             id=run.id,
             flow_name=run.flow_name,
@@ -168,6 +173,7 @@ def get_run(run_id: str) -> RunView:
             updated_at=run.updated_at,
             finished_at=run.finished_at,
             ask_groups=groups,
+            kept_events=kept,
         )
 
 

@@ -43,6 +43,7 @@ from worker import dispatch, runlog, step_metrics
 from worker.binding import ResolvedInterrupt
 from worker.context import StepContext
 from worker.declarations import PAUSE_INTERRUPT, Suspend, declare
+from worker.events import deliver_kept
 from worker.flows import (
     Flow,
     Migration,
@@ -553,6 +554,10 @@ def _commit_suspend(
     )
     for interrupt in interrupts:
         notify(claimed.flow, interrupt)
+    awaited = [d.name for d in decls if d.kind == InterruptKind.EVENT.value]
+    if awaited:
+        # An event sent before the run asked for it was kept: it answers now.
+        deliver_kept(run.id, awaited)
     return Ended(StepOutcome.WAITING)
 
 

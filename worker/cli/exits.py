@@ -47,6 +47,8 @@ RESUME_EXIT: dict[ResumeOutcome, int] = {
     ResumeOutcome.RENEWED_REVIEW_REQUIRED: 16,
     ResumeOutcome.UNKNOWN_SCHEMA: 17,
     ResumeOutcome.KEY_REUSED: 18,
+    # An event kept until its run asks for it: received, as an accepted resume is.
+    ResumeOutcome.KEPT: OK,
 }
 # A refused cancel, pause or retry exits as a resume refused for the same reason.
 OPERATOR_UNAUTHENTICATED = RESUME_EXIT[ResumeOutcome.UNAUTHENTICATED]

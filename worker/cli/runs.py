@@ -248,6 +248,11 @@ def _show(args: argparse.Namespace, out: Output) -> int:
             f"waiting on interrupt {out.id(pending.id)} ({pending.kind} {pending.name!r}), "
             f"deadline {until(pending.deadline)}: interlude interrupts show {out.id(pending.id)}"
         )
+    for kept in run.kept_events:
+        out.line(
+            f"kept event {kept.name!r} from {kept.sender}, arrived {timestamp(kept.arrived_at)}: "
+            "it answers the run's wait for it"
+        )
     for asked in run.ask_groups:
         out.line(
             f"ask group {asked.group!r}: needs {asked.need}, {asked.still_needed} more; "

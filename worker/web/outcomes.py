@@ -19,10 +19,14 @@ STATUS = {
     ResumeOutcome.UNKNOWN_SCHEMA: 503,
     # The caller's idempotency key was used for another contract: the caller's to fix.
     ResumeOutcome.KEY_REUSED: 422,
+    # An event kept for a run that does not wait on it yet.
+    ResumeOutcome.KEPT: 202,
 }
 
 HEADLINE = {
     ResumeOutcome.ACCEPTED: "Accepted: your answer was recorded and the run continues.",
+    ResumeOutcome.KEPT: "Kept: the run does not wait on this event yet; it will take it when "
+    "it asks.",
     ResumeOutcome.DUPLICATE: "Duplicate: this answer was already submitted; nothing happened "
     "a second time.",
     ResumeOutcome.MALFORMED: "Not understood: the answer could not be read as a resume.",
