@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 from models.errors import InterludeError
 from worker.cli.actors import register as register_actors
+from worker.cli.events import register as register_events
 from worker.cli.exits import EPILOG, FAILURE, INTERRUPTED, RESUME_EXIT, CliError, status_of
 from worker.cli.flows import register as register_flows
 from worker.cli.interrupts import register as register_interrupts
@@ -76,6 +77,7 @@ def build_parser() -> Parser:
         register_runs,
         register_interrupts,
         register_resume,
+        register_events,
         register_actors,
         register_ops,
         register_purge,

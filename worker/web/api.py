@@ -27,6 +27,7 @@ from models.enums import ResumeOutcome
 from models.errors import InvalidInputError
 from models.inbox_queries import MAX_PAGE, answerable_interrupts
 from worker.cli.timeline import Entry, timeline
+from worker.events import send_event
 from worker.gateway import submit_resume
 from worker.interrupts import (
     attempts_in_view,
@@ -209,3 +210,60 @@ async def _body(request: Request) -> Any:
         # RecursionError: nesting deeper than the parser's stack (a body of "[[[[..."); it is
         # malformed like any text that is not JSON, and recorded as such.
         return raw.decode("utf-8", "replace")
+
+
+class EventSubmission(BaseModel):
+    """An event for a run (``event.v1``): kept until the run asks for it, if it does not yet."""
+
+    run_id: str
+    event: str
+    payload: dict[str, Any]
+    actor: dict[str, str]
+    idempotency_key: str
+
+
+@router.post(
+    "/events",
+    response_model=ResumeResult,
+    status_code=202,
+    responses=_RESPONSES,
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {"application/json": {"schema": EventSubmission.model_json_schema()}},
+        }
+    },
+)
+async def event(
+    request: Request,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Security(_bearer)],
+) -> JSONResponse:
+    """Send a run an event its flow declares; the response is the recorded result
+    (``accepted``: the run waited on it; ``kept``: it takes it when it asks)."""
+    body = await _body(request)
+    fields = body if isinstance(body, dict) else {}
+    given = fields.get("actor")
+    actor: dict[str, Any] = given if isinstance(given, dict) else {}
+    actor_id = actor.get("id") if isinstance(actor.get("id"), str) else None
+    limiter = web_state(request).limiter
+    client = client_of(request)
+    throttled = await run_in_threadpool(limiter.check, client, actor_id)
+    if throttled is not None:
+        return throttled_response(throttled)
+    result = await run_in_threadpool(
+        lambda: send_event(
+            fields.get("run_id"),  # type: ignore[arg-type]
+            fields.get("event"),  # type: ignore[arg-type]
+            fields.get("payload"),
+            actor=actor_id or "",
+            actor_type=actor.get("type", "service"),
+            credential=credentials.credentials if credentials else "",
+            idempotency_key=fields.get("idempotency_key"),  # type: ignore[arg-type]
+        )
+    )
+    if result.outcome not in (ResumeOutcome.ACCEPTED, ResumeOutcome.KEPT):
+        await run_in_threadpool(limiter.refused, client, actor_id)
+    headers = {"WWW-Authenticate": "Bearer"} if result.outcome == "unauthenticated" else None
+    return JSONResponse(
+        result.model_dump(mode="json"), status_code=status_of(result.outcome), headers=headers
+    )
