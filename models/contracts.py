@@ -283,6 +283,10 @@ class RunView(Frozen):
     finished_at: datetime | None
     ask_groups: list[AskGroupView] = []
     kept_events: list[KeptEventView] = []
+    # A fork's origin (and the checkpoint it started at), and the forks of this run.
+    forked_from: str | None = None
+    forked_at: int | None = None
+    forks: list[str] = []
 
 
 class RunSummary(Frozen):

@@ -105,6 +105,8 @@ class EventKind(StrEnum):
     GROUP_CLOSED = "group_closed"
     # An event answered the run's wait for it: sent while it waited, or kept until it asked.
     EVENT_DELIVERED = "event_delivered"
+    # An operator started a new run from one of this run's checkpoints.
+    FORKED = "forked"
     PAUSE_REQUESTED = "pause_requested"
     MIGRATE = "migrate"
     ANSWER_CARRIED = "answer_carried"

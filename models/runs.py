@@ -903,6 +903,7 @@ def new_checkpoint(
     effects: list[str],
     epoch: int,
     remembered: dict[str, Any] | None = None,
+    started_at: datetime | None = None,
 ) -> Checkpoint:
     """The checkpoint following the run's latest; the caller adds it with the transition."""
     return loaded(
@@ -919,6 +920,7 @@ def new_checkpoint(
             "epoch": epoch,
             "created_at": utcnow(),
             "remembered": remembered,
+            "started_at": started_at,
         },
     )
 

@@ -105,6 +105,9 @@ class Run(Base):
     dispatched_at: Mapped[datetime | None] = mapped_column(Timestamp())
     not_before: Mapped[datetime | None] = mapped_column(Timestamp())
     output: Mapped[Any | None] = mapped_column(Json)
+    # A fork: the run it was started from, and the checkpoint of that run it started at.
+    forked_from: Mapped[str | None] = mapped_column(String(32), index=True)
+    forked_at: Mapped[int | None] = mapped_column(Integer)
     error: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(Timestamp())
     updated_at: Mapped[datetime] = mapped_column(Timestamp())
@@ -134,6 +137,8 @@ class Checkpoint(Base):
     # a read. Kept across the step's executions here, so that what was approved is acted on;
     # keys are only ever added, never changed.
     remembered: Mapped[Any | None] = mapped_column(Json)
+    # When the step that committed this checkpoint started (its duration ends at created_at).
+    started_at: Mapped[datetime | None] = mapped_column(Timestamp())
 
     __table_args__ = (UniqueConstraint("run_id", "seq"),)
 

@@ -28,7 +28,7 @@ REDIS_BASE_VARIABLE = "INTERLUDE_TEST_REDIS_BASE"
 FLOW_MODULES = (
     "tests.flows.engine,tests.flows.interrupts,tests.flows.effects,tests.flows.expiry,"
     "tests.flows.expiry_policies,"
-    "tests.flows.cli,tests.flows.effect_misuse,tests.flows.notifiers,tests.flows.agents,tests.flows.groups,"
+    "tests.flows.cli,tests.flows.effect_misuse,tests.flows.notifiers,tests.flows.agents,tests.flows.groups,tests.flows.history,"
     "examples.procurement,"
     "examples.deploy_gate"
 )

@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from worker.effects import NOT_APPLIED, UNKNOWN
     from worker.events import send_event
     from worker.flows import Flow
+    from worker.forks import fork_run
     from worker.gateway import submit_resume
     from worker.interrupts import (
         count_resume_attempts,
@@ -40,6 +41,7 @@ if TYPE_CHECKING:
     )
     from worker.runs import cancel_run, enqueue_run, get_run, list_runs, pause_run
     from worker.schemas import BudgetGrant, OperatorRelease, RepairResolution, input_schema
+    from worker.step_history import list_steps
 
     app: Celery
     celery: Celery
@@ -61,6 +63,8 @@ _EXPORTS = {
     "Flow": "worker.flows",
     "submit_resume": "worker.gateway",
     "send_event": "worker.events",
+    "fork_run": "worker.forks",
+    "list_steps": "worker.step_history",
     "count_resume_attempts": "worker.interrupts",
     "get_interrupt": "worker.interrupts",
     "list_interrupts": "worker.interrupts",
@@ -93,6 +97,7 @@ __all__ = [
     "cancel_run",
     "count_resume_attempts",
     "enqueue_run",
+    "fork_run",
     "get_interrupt",
     "get_run",
     "input_schema",
@@ -100,6 +105,7 @@ __all__ = [
     "list_interrupts",
     "list_resume_attempts",
     "list_runs",
+    "list_steps",
     "pause_run",
     "revoke_actor",
     "rotate_actor",

@@ -6,7 +6,7 @@ import math
 import numbers
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, TypeVar, Unpack
 
 from pydantic import BaseModel, ValidationError
@@ -90,6 +90,8 @@ class StepContext:
     renewals: dict[str, dict[str, Any]] = field(default_factory=dict)
     # Ask groups whose need this execution found met: their open asks close with its commit.
     groups_met: list[str] = field(default_factory=list)
+    # When this execution started (kept with the checkpoint it commits: the step's timing).
+    started_at: datetime | None = None
 
     def ledger(self) -> dict[str, LedgerEntry]:
         """The run's effect ledger, read once per execution when a step first needs it."""

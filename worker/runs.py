@@ -8,6 +8,7 @@ from pydantic import ValidationError
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from models import forks as fork_store
 from models import interrupts as interrupt_store
 from models import mailbox, queries
 from models import runs as store
@@ -174,6 +175,9 @@ def get_run(run_id: str) -> RunView:
             finished_at=run.finished_at,
             ask_groups=groups,
             kept_events=kept,
+            forked_from=run.forked_from,
+            forked_at=run.forked_at,
+            forks=fork_store.forks_of(session, run_id),
         )
 
 

@@ -170,6 +170,7 @@ def _execute_step(claimed: Claimed, owner: str, *, may_chain: bool) -> Ended:
         resuming=claimed.resuming,
         lease_seconds=_lease(claimed.step),
         remembered=dict(claimed.checkpoint.remembered or {}),
+        started_at=utcnow(),
     )
     suspension: tuple[InterruptDecl, ...] | None = None
     try:
@@ -574,6 +575,7 @@ def _commit_advance(
         budget_consumed=ctx.budget_consumed,
         effects=ctx.applied_effects,
         epoch=ctx.epoch,
+        started_at=ctx.started_at,
     )
     now = utcnow()
     fields: dict[str, Any] = {

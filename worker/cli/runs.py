@@ -10,6 +10,7 @@ from models.enums import RunState
 from worker.cli.attempts import attempt_counts
 from worker.cli.attempts import register as register_attempts
 from worker.cli.exits import BAD_INPUT, OK, CliError
+from worker.cli.history import register as register_history
 from worker.cli.inputs import parse_json
 from worker.cli.lookup import resolve_run
 from worker.cli.operate import (
@@ -114,6 +115,7 @@ def register(sub: Subparsers, common: Parser) -> None:
     )
     operator_options(pause)
     register_verbs(runs, common)
+    register_history(runs, common)
     register_attempts(runs, common, of="run")
 
 
@@ -248,6 +250,10 @@ def _show(args: argparse.Namespace, out: Output) -> int:
             f"waiting on interrupt {out.id(pending.id)} ({pending.kind} {pending.name!r}), "
             f"deadline {until(pending.deadline)}: interlude interrupts show {out.id(pending.id)}"
         )
+    if run.forked_from is not None:
+        out.line(f"forked from run {out.id(run.forked_from)} at checkpoint {run.forked_at}")
+    for fork in run.forks:
+        out.line(f"forked as run {out.id(fork)}: interlude runs show {out.id(fork)}")
     for kept in run.kept_events:
         out.line(
             f"kept event {kept.name!r} from {kept.sender}, arrived {timestamp(kept.arrived_at)}: "

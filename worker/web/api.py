@@ -36,6 +36,7 @@ from worker.interrupts import (
     list_interrupts,
 )
 from worker.runs import get_run, list_checkpoints, list_effects, list_events
+from worker.step_history import StepView, list_steps
 from worker.web.auth import ACTOR_HEADER, authenticated, client_of
 from worker.web.binding import contract_for
 from worker.web.bodies import read_capped
@@ -151,6 +152,13 @@ def run_detail(run_id: str, actor: Caller) -> RunDetail:
         attempts_in_view(run.id),
     )
     return RunDetail(run=run, timeline=entries, attempt_counts=count_resume_attempts(run.id))
+
+
+@router.get("/runs/{run_id}/steps", response_model=list[StepView])
+def run_steps(run_id: str, actor: Caller) -> list[StepView]:
+    """Each step the run executed: when it started, how long it took, what it changed."""
+    get_run(run_id)  # (a missing run answers as run_detail does)
+    return list_steps(run_id)
 
 
 _RESPONSES: dict[int | str, dict[str, Any]] = {
