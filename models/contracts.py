@@ -198,6 +198,7 @@ class InterruptFields(Frozen):
     policy_version: str | None = None
     ask_group: str | None = None
     group_need: int | None = None
+    trace_parent: str | None = None
     separate_from_starter: bool
     on_expiry: str
     escalation: dict[str, Any] | None

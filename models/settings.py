@@ -92,6 +92,8 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="ignore")
 
     database_url: str = DEFAULT_DATABASE_URL
+    # OpenTelemetry spans for steps and answers (the ``tracing`` extra; worker.tracing).
+    tracing: bool = False
     broker_url: str = DEFAULT_BROKER_URL
     # Celery's broker_transport_options, over interlude's own (worker.app.broker_options): a
     # JSON object, e.g. {"master_name": "mymaster"} for a sentinel:// URL.

@@ -186,6 +186,8 @@ class Interrupt(Base):
     # group's asks must be answered to release the run (NULL: a lone interrupt).
     ask_group: Mapped[str | None] = mapped_column(String(200))
     group_need: Mapped[int | None] = mapped_column(Integer)
+    # The W3C traceparent of the step span that asked (tracing on): the answer links to it.
+    trace_parent: Mapped[str | None] = mapped_column(String(64))
     separate_from_starter: Mapped[bool] = mapped_column(Boolean, default=False)
     deadline: Mapped[datetime] = mapped_column(Timestamp())
     # Set when a sweep could not apply its policy: no sweep looks at it again before then

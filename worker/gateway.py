@@ -44,7 +44,7 @@ from models.enums import (
 from models.errors import InterludeError, StaleStateError
 from models.identity import normal_actor_id
 from models.tables import Actor, Interrupt, ResumeAttempt, Run
-from worker import dispatch
+from worker import dispatch, tracing
 from worker.actors import Credential, redact_shaped, verified
 from worker.declarations import PAUSE_INTERRUPT
 from worker.flows import Flow, Migration, RevalidationContext, continuation, load_flow_modules
@@ -261,8 +261,19 @@ def _decide_once(contract: ResumeContract, attempt: _Attempt) -> ResumeResult:
         notify(*notify_after)
     if accepted is not None and accepted.group is not None:
         _close_group(run.id, interrupt.checkpoint_id, accepted.group)
-    if accepted is not None and accepted.released:
-        dispatch.publish_step(run.id, flow=run.flow_name, step=run.next_step, resume=True)
+    if accepted is not None:
+        traced = tracing.answered(
+            run.id,
+            interrupt.id,
+            interrupt.name,
+            interrupt.created_at,
+            interrupt.trace_parent,
+            actor=f"{contract.actor.type}:{attempt.actor_id}",
+            outcome=result.outcome.value,
+        )
+        if accepted.released:
+            with tracing.within(traced):
+                dispatch.publish_step(run.id, flow=run.flow_name, step=run.next_step, resume=True)
     return result
 
 

@@ -39,7 +39,7 @@ from models.errors import (
 from models.settings import get_settings
 from models.statements import Write
 from models.tables import Checkpoint, Interrupt, Run
-from worker import dispatch, runlog, step_metrics
+from worker import dispatch, runlog, step_metrics, tracing
 from worker.binding import ResolvedInterrupt
 from worker.context import StepContext
 from worker.declarations import PAUSE_INTERRUPT, Suspend, declare
@@ -172,6 +172,21 @@ def _execute_step(claimed: Claimed, owner: str, *, may_chain: bool) -> Ended:
         remembered=dict(claimed.checkpoint.remembered or {}),
         started_at=utcnow(),
     )
+    with tracing.step_span(run.id, flow.name, claimed.step.name, resuming=claimed.resuming) as span:
+        ended = _run_and_commit(claimed, ctx, owner, may_chain=may_chain, span=span)
+        span.set("interlude.outcome", ended.outcome.value)
+    error = ended.failure.error_class if ended.failure is not None else None
+    step_metrics.observe(
+        flow.name, claimed.step.name, ended.outcome, time.monotonic() - begun, error
+    )
+    return ended
+
+
+def _run_and_commit(
+    claimed: Claimed, ctx: StepContext, owner: str, *, may_chain: bool, span: tracing.StepSpan
+) -> Ended:
+    """Execute the step with its context, then commit how it ended."""
+    run, flow = claimed.run, claimed.flow
     suspension: tuple[InterruptDecl, ...] | None = None
     try:
         if run.pause_requested_by and PAUSE_INTERRUPT not in claimed.resolved:
@@ -212,11 +227,13 @@ def _execute_step(claimed: Claimed, owner: str, *, may_chain: bool) -> Ended:
     else:
         ended = _commit_advance(claimed, ctx, next_step, owner, chain=may_chain)
     if suspension is not None:
+        asked_from = span.traceparent
+        if asked_from is not None:
+            # The answer's span links back to this one (worker.tracing).
+            suspension = tuple(
+                d.model_copy(update={"trace_parent": asked_from}) for d in suspension
+            )
         ended = _commit_suspend(claimed, ctx, suspension, owner)
-    error = ended.failure.error_class if ended.failure is not None else None
-    step_metrics.observe(
-        flow.name, claimed.step.name, ended.outcome, time.monotonic() - begun, error
-    )
     return ended
 
 

@@ -18,7 +18,7 @@ from models.db import open_pool, size_pool_for
 from models.errors import NotifierFailedError, StepFailedError
 from models.kept import keep_connections
 from models.settings import get_settings
-from worker import runlog, step_metrics
+from worker import runlog, step_metrics, tracing
 from worker.app import app
 from worker.heap import freeze_inherited_heap, freeze_startup_heap
 from worker.stats import serve_from_worker
@@ -141,6 +141,12 @@ worker_ready.connect(serve_from_worker)
 # ready, and in each pool child once forked (the flows were frozen before the fork).
 worker_ready.connect(freeze_startup_heap)
 worker_process_init.connect(freeze_inherited_heap)
+
+
+@worker_process_init.connect  # type: ignore[untyped-decorator]
+def _trace_in_child(**_: Any) -> None:
+    """Celery's own instrumentation, per process (INTERLUDE_TRACING; worker.tracing)."""
+    tracing.instrument_celery()
 
 
 @worker_process_init.connect  # type: ignore[untyped-decorator]

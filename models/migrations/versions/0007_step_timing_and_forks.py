@@ -1,4 +1,5 @@
-"""checkpoints record when their step started; runs record the run they were forked from
+"""checkpoints record when their step started; runs record the run they were forked from;
+interrupts keep the trace context of the step that asked
 
 Revision ID: step_timing_forks
 Revises: kept_events
@@ -20,6 +21,8 @@ def upgrade() -> None:
     # Nullable, no default: catalog changes only, and the previous release keeps writing.
     with op.batch_alter_table("checkpoints") as batch:
         batch.add_column(sa.Column("started_at", sa.DateTime(timezone=True), nullable=True))
+    with op.batch_alter_table("interrupts") as batch:
+        batch.add_column(sa.Column("trace_parent", sa.String(64), nullable=True))
     with op.batch_alter_table("runs") as batch:
         batch.add_column(sa.Column("forked_from", sa.String(32), nullable=True))
         batch.add_column(sa.Column("forked_at", sa.Integer(), nullable=True))
@@ -32,5 +35,6 @@ def downgrade() -> None:
     # would cascade to every row that refers to a run. Both databases drop a plain column.
     op.drop_column("runs", "forked_at")
     op.drop_column("runs", "forked_from")
+    op.drop_column("interrupts", "trace_parent")
     with op.batch_alter_table("checkpoints") as batch:
         batch.drop_column("started_at")
