@@ -92,8 +92,9 @@ def test_tables_keep_text_literal_and_drop_trailing_blanks(
 def test_every_refused_outcome_has_its_own_status_and_is_documented() -> None:
     assert set(RESUME_EXIT) == set(ResumeOutcome)
     assert RESUME_EXIT[ResumeOutcome.ACCEPTED] == RESUME_EXIT[ResumeOutcome.DUPLICATE] == 0
+    assert RESUME_EXIT[ResumeOutcome.KEPT] == 0  # an event kept until its run asks
     refused = [status for outcome, status in RESUME_EXIT.items() if status]
-    assert len(refused) == len(set(refused)) == len(ResumeOutcome) - 2
+    assert len(refused) == len(set(refused)) == len(ResumeOutcome) - 3
     assert not set(refused) & {0, 1, 2, 3, 4, 5}
     for outcome, status in RESUME_EXIT.items():
         if status:
@@ -135,6 +136,8 @@ def test_every_verb_has_help(capsys: pytest.CaptureFixture[str]) -> None:
     verbs = _verbs(build_parser(), [])
     assert {" ".join(v) for v in verbs} == {
         *(f"runs {v}" for v in ("start", "list", "show", "cancel", "pause", "retry", "wait")),
+        *(f"runs {v}" for v in ("steps", "result", "fork")),
+        "events send",
         "runs attempts",
         "interrupts list",
         "interrupts show",

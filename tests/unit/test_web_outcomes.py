@@ -11,6 +11,7 @@ def test_every_outcome_has_a_status_and_a_headline() -> None:
     assert set(HEADLINE) == set(ResumeOutcome)
 
 
-def test_only_acceptance_and_duplicates_are_successes() -> None:
+def test_only_acceptance_duplicates_and_kept_events_are_successes() -> None:
     successes = {outcome for outcome, status in STATUS.items() if status < 300}
-    assert successes == {ResumeOutcome.ACCEPTED, ResumeOutcome.DUPLICATE}
+    # (kept: an event received for a run that does not wait on it yet)
+    assert successes == {ResumeOutcome.ACCEPTED, ResumeOutcome.DUPLICATE, ResumeOutcome.KEPT}
