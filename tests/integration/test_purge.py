@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 from sqlalchemy import func, or_, select, update
 
-from models import retention
+from models import mailbox, retention
 from models.db import transaction, utcnow
 from models.errors import InvalidInputError
-from models.tables import Checkpoint, Effect, Event, Interrupt, ResumeAttempt, Run
+from models.tables import Checkpoint, Effect, Event, Interrupt, KeptEvent, ResumeAttempt, Run
 from tests.resumes import contract_for, drain_finished, drain_pending
 from worker import add_actor, cancel_run, enqueue_run, submit_resume
 from worker.retention import purge_finished_runs
@@ -21,6 +21,7 @@ from worker.testing import TaskRecorder
 TABLES: dict[str, Any] = {
     "resume_attempts": ResumeAttempt,
     "effects": Effect,
+    "kept_events": KeptEvent,
     "events": Event,
     "checkpoints": Checkpoint,
     "interrupts": Interrupt,
@@ -76,6 +77,17 @@ def runs(db: str, tasks: TaskRecorder, scratch: None) -> dict[str, str]:
     assert drain_finished(recent) == "succeeded"
     waiting = enqueue_run("approval", {"env": "prod"})
     drain_pending(waiting)
+    # Each kept an event its step never asked for
+    with transaction() as session:
+        for run_id in (old, recent):
+            mailbox.keep(
+                session,
+                run_id=run_id,
+                name="late",
+                payload={},
+                sender="bank",
+                sender_kind="service",
+            )
     for run_id in (old, cancelled):
         finished_ago(run_id, days=10)
     # A malformed attempt that names no run belongs to no run
