@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test lint install clean bench chaos
+.PHONY: demo test lint install clean bench chaos docs
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -21,6 +21,11 @@ lint: $(BIN)/.installed
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
+# The documentation site (mkdocs.yml) into site/; --strict fails on a broken link or a Python
+# name mkdocstrings cannot resolve.
+docs: $(BIN)/.installed
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
+
 # The suite in parallel processes: most acceptance tests wait on real workers, not the CPU.
 TEST_PROCESSES ?= 4
 test: lint
@@ -32,7 +37,7 @@ bench: $(BIN)/.installed
 	@test -n "$(RIVALS_PYTHON)" || { echo "set RIVALS_PYTHON=/path/to/venv/bin/python"; exit 2; }
 	$(BIN)/python -m bench.compare --rivals-python $(RIVALS_PYTHON)
 
-# The chaos run (README, "Reliability"): make chaos MINUTES=12 SEED=7 [BROKER=rabbitmq]
+# The chaos run (docs/how-to/chaos.md): make chaos MINUTES=12 SEED=7 [BROKER=rabbitmq]
 MINUTES ?= 2
 SEED ?= 1
 BROKER ?= redis
@@ -40,4 +45,4 @@ chaos: $(BIN)/.installed
 	$(BIN)/python -m bench.chaos --minutes $(MINUTES) --seed $(SEED) --broker $(BROKER)
 
 clean:
-	rm -rf $(VENV) .interlude *.egg-info
+	rm -rf $(VENV) .interlude *.egg-info site

@@ -2,10 +2,11 @@
 
 Checking a connection out of SQLAlchemy's pool, switching it to autocommit, and checking it
 back in (the pool's reset included) costs about 100 µs of CPU, half of what a step's
-single-statement transaction costs in all (docs/performance.md, 2026-12-02, late evening).
-A worker's step threads run such transactions one after another (a claim, a commit with the
-next claim, an effect's intent, the last commit), so a process that runs steps opts in with
-``keep_connections()`` and each of its threads then keeps its connection between them.
+single-statement transaction costs in all (docs/explanation/performance.md, "A pool child
+keeps its connection"). A worker's step threads run such transactions one after another (a
+claim, a commit with the next claim, an effect's intent, the last commit), so a process that
+runs steps opts in with ``keep_connections()`` and each of its threads then keeps its
+connection between them.
 
 Never more connections than without keeping: a thread keeps at most the one it would have
 checked out anyway, and hands it back to the pool before any other transaction of that thread

@@ -4,10 +4,10 @@
 which commits on its own. On PostgreSQL it needs none of a session's machinery (its unit of
 work, its transaction object, its identity map), and that machinery cost more CPU than the
 statement it carried: about 0.2 ms a transaction, a fifth of what a W4 run's steps cost the
-worker (docs/performance.md, 2026-12-02, late). So there it yields an ``AutocommitScope``, a
-pooled connection in autocommit with the session's ``info``, and the stores that run in such
-a transaction take a ``Scope``: either. What it does not have (``add``, ``get``, ORM queries)
-fails loudly instead of running without a session.
+worker (docs/explanation/performance.md, "A statement without a session"). So there it
+yields an ``AutocommitScope``, a pooled connection in autocommit with the session's ``info``,
+and the stores that run in such a transaction take a ``Scope``: either. What it does not have
+(``add``, ``get``, ORM queries) fails loudly instead of running without a session.
 """
 
 from __future__ import annotations

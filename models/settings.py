@@ -89,63 +89,107 @@ _SECRET_FIELDS = frozenset(
 class Settings(BaseSettings):
     """Everything configurable about interlude, with the embedded defaults."""
 
+    # Each field's docstring is its entry in the generated reference
+    # (docs/reference/configuration.md). Read from the source by docs/gen_reference.py, not by
+    # pydantic's use_attribute_docstrings, which would parse this file at every import.
     model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="ignore")
 
     database_url: str = DEFAULT_DATABASE_URL
-    # OpenTelemetry spans for steps and answers (the ``tracing`` extra; worker.tracing).
+    """SQLAlchemy URL of the database: `postgresql://…` or `postgres://…` (psycopg 3), or
+    `sqlite:///file.db`. The default is the embedded SQLite file in `.interlude/`."""
     tracing: bool = False
+    """OpenTelemetry spans for steps and answers (the `tracing` extra; worker.tracing): one run
+    is one trace, across its waits."""
     broker_url: str = DEFAULT_BROKER_URL
-    # Celery's broker_transport_options, over interlude's own (worker.app.broker_options): a
-    # JSON object, e.g. {"master_name": "mymaster"} for a sentinel:// URL.
+    """Celery broker: Redis (`redis://host:6379/0`) or RabbitMQ (`amqp://user:password@host//`)
+    in production; the default is kombu's filesystem broker (no server)."""
     broker_transport_options: dict[str, Any] = Field(default_factory=dict)
-    # Folder for the filesystem broker (the embedded default).
+    """Celery's broker transport options, a JSON object, over interlude's own (worker.app's
+    broker options; for Redis: no acknowledgement emulation, 5 s socket timeouts); e.g.
+    `{"master_name": "mymaster"}` for a `sentinel://` URL. Never printed in errors."""
     broker_folder: Path = DEFAULT_HOME / "broker"
+    """Folder of the filesystem broker (the embedded default)."""
     flows: str = ""
+    """Comma-separated modules that define flows: imported by a worker and `interlude serve`
+    when they start (a module that cannot be imported stops them), and by the command and
+    application code when they need a flow. The worker that takes `interlude.maintenance` and
+    `interlude sweep` need them too (without a flow's modules its `default` expiry policy waits
+    and its notifiers are not published), and so does a worker that takes `interlude.notify`."""
     lease_seconds: Seconds = DEFAULT_LEASE_SECONDS
-    # A run whose lease expires more than this many times in a row is failed by the reaper.
+    """A worker's lease on a run while it executes a step, in seconds (per step:
+    `@flow.step(lease_seconds=…)`)."""
     max_claims: int = Field(DEFAULT_MAX_CLAIMS, ge=0, le=LARGEST_COUNT)
+    """A run whose lease expires more than this many times in a row is failed by the reaper
+    (0: at the first)."""
     redispatch_after: Seconds = DEFAULT_REDISPATCH_AFTER
+    """Seconds after which an unclaimed `queued` or `resuming` run is published again; later
+    republishes wait twice as long each time, up to four times this."""
     sweep_batch: int = Field(DEFAULT_SWEEP_BATCH, ge=1, le=LARGEST_COUNT)
+    """Rows per sweep or reaper transaction."""
     pause_expires_in: Seconds = DEFAULT_PAUSE_EXPIRES_IN
-    # 0: off.
+    """Deadline of an operator pause, in seconds (7 days)."""
     metrics_port: int = Field(0, ge=0, le=MAX_PORT)
-    # Where `interlude metrics` and a worker with a metrics port listen (0.0.0.0: every interface).
+    """When set, a worker serves its own step metrics (Prometheus) on this port; 0 is off. The
+    figures of the whole database come from `interlude metrics`."""
     metrics_host: str = DEFAULT_METRICS_HOST
-    # Worker and beat log lines: "text" (run, flow and step appended) or "json" (one object each).
+    """Where `interlude metrics` (unless `--host`) and a worker's metrics port listen;
+    `0.0.0.0` for every interface (in a container)."""
     log_format: Literal["text", "json"] = "text"
-    # Connections each process keeps open to the database; by default, enough for one step per
-    # slot of the worker's pool (a threads pool of 50 gets 52), else a few.
+    """Worker and beat log lines: `text` names the run, flow and step at the end of every line
+    about a run; `json` writes one JSON object per line (`run_id`, `flow`, `step`, `action`, …)."""
     db_pool_size: int | None = Field(None, ge=1, le=LARGEST_POOL_SIZE)
-    # ``interlude serve``: the JSON resume API and the web inbox.
+    """Database connections each process keeps open. By default, enough for one step per slot
+    of the worker's pool (a threads pool of 50 gets 52); other processes 5."""
     web_host: str = DEFAULT_WEB_HOST
+    """Where `interlude serve` (the JSON resume API and the web inbox) listens."""
     web_port: int = Field(DEFAULT_WEB_PORT, ge=1, le=MAX_PORT)
-    # Where people reach the inbox (links in notifications); the bound address when empty.
+    """The port `interlude serve` listens on."""
     web_base_url: str = ""
+    """Where people reach the inbox (links in notifications); `http://HOST:PORT` of
+    `interlude serve` when empty."""
     web_client_limit: str = DEFAULT_WEB_CLIENT_LIMIT
+    """Refused attempts (resumes not accepted, failed sign-ins) allowed per client address
+    before the web server answers 429."""
     web_actor_limit: str = DEFAULT_WEB_ACTOR_LIMIT
+    """Refused attempts allowed per actor before the web server answers 429."""
     web_session_seconds: int = Field(DEFAULT_WEB_SESSION_SECONDS, ge=1, le=LONGEST_SECONDS)
+    """How long an inbox session lasts after sign-in, in seconds."""
     web_idle_seconds: int = Field(DEFAULT_WEB_IDLE_SECONDS, ge=1, le=LONGEST_SECONDS)
-    # Mark the session cookie Secure: set it when the inbox is served over HTTPS.
+    """An inbox session with no request for this long ends sooner, in seconds."""
     web_secure_cookie: bool = False
-    # Where the notifier recipe (examples/inbox_webhook.py) posts inbox links; off when empty.
+    """Mark the session cookie `Secure`: set it when the inbox is served over HTTPS."""
     notify_webhook_url: str = ""
+    """Where the notifier recipe (`examples/inbox_webhook.py`) posts inbox links; off when
+    empty."""
     notify_timeout_seconds: float = Field(
         DEFAULT_NOTIFY_TIMEOUT_SECONDS, gt=0, le=LONGEST_NOTIFY_SECONDS, allow_inf_nan=False
     )
+    """How long one notifier call may take, in seconds: Celery's soft time limit of the
+    `interlude.notify` task (the pool child is killed 10 s later). A prefork worker enforces
+    it, gevent only the later limit, the threads, solo and eventlet pools none."""
     notify_retries: int = Field(DEFAULT_NOTIFY_RETRIES, ge=0, le=MOST_NOTIFY_RETRIES)
+    """How many times a failing notifier call is tried again before one warning line says it
+    failed."""
     notify_backoff: float = Field(
         DEFAULT_NOTIFY_BACKOFF, ge=0, le=LONGEST_NOTIFY_BACKOFF, allow_inf_nan=False
     )
-    # Celery beat's schedule (beat_schedule.py): seconds between sweeps and reaper passes.
+    """Seconds before a failed notifier's first retry; twice as long each time after, at most
+    600."""
     sweep_interval: BeatInterval = DEFAULT_SWEEP_INTERVAL
+    """Seconds between expiry sweeps (Celery beat, `beat_schedule.py`)."""
     reap_interval: BeatInterval = DEFAULT_REAP_INTERVAL
-    # 0: an effect may be called until its lease's last moment.
+    """Seconds between reaper passes (Celery beat, `beat_schedule.py`)."""
     effect_margin: SecondsOrZero = DEFAULT_EFFECT_MARGIN
+    """An effect's `fn` is called only while the worker's lease has more than this many seconds
+    left (at most half the step's lease); 0: until the lease's last moment."""
     effect_grace: SecondsOrZero = DEFAULT_EFFECT_GRACE
-    # Celery task events (Flower's view of tasks): the worker's and the publishers' task-sent.
-    # Off, as in Celery: four publishes per task that nobody reads unless something watches,
-    # and Flower turns a worker's on itself while it watches (every five seconds).
+    """Seconds after an old owner's lease expired before its unsettled effect is reconciled or
+    handed to an operator: set it above the time your slowest effect call takes to land."""
     task_events: bool = False
+    """Celery task events (sent, received, started, succeeded: four publishes per task), which
+    Flower shows tasks from. Off, as in Celery: Flower turns a running worker's on itself while
+    it watches. `true` turns on the worker's and the publishers' task-sent events, for a monitor
+    that does not turn them on itself."""
 
     @field_validator("database_url")
     @classmethod

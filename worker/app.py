@@ -62,12 +62,12 @@ def _own_broker_options(settings: Settings) -> dict[str, Any]:
     # Redis: no acknowledgement emulation. With it, kombu records each message a worker takes in
     # Redis and deletes the record at the acknowledgement: two more round trips per task in the
     # worker's main process, between one task and the next (W1: 8 of 12 alternating pairs
-    # faster, median of the pairs 1.27x; docs/performance.md). What it buys is a message given
-    # back an hour after its whole worker died, which interlude does not need: the runs table
-    # holds what to do, and the reaper requeues a dead worker's runs once their lease expires
-    # and republishes dispatches nobody claimed. A pool child that dies still gets its task
-    # requeued by the main process (``task_reject_on_worker_lost``). (Other transports ignore
-    # the option.)
+    # faster, median of the pairs 1.27x; docs/explanation/performance.md). What it buys is a
+    # message given back an hour after its whole worker died, which interlude does not need: the
+    # runs table holds what to do, and the reaper requeues a dead worker's runs once their lease
+    # expires and republishes dispatches nobody claimed. A pool child that dies still gets its
+    # task requeued by the main process (``task_reject_on_worker_lost``). (Other transports
+    # ignore the option.)
     # Socket timeouts: redis-py's default is none, so a broker that stops answering (frozen,
     # or cut off by the network) held every publish, the one after a step's commit or a
     # resume's included, for as long as it lasted. A publish that fails is no loss: the run

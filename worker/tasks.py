@@ -197,7 +197,8 @@ def _load_flows(sender: Any = None, **_: Any) -> None:
         # between single-statement transactions (models.kept). Not a threads pool: there each
         # thread would keep one of fifty server backends busy where the pool (last in, first
         # out) keeps a few warm, and W4 measured that the server's extra work outweighs the
-        # worker's saving (docs/performance.md). Not greenlets either: one lives for a task.
+        # worker's saving (docs/explanation/performance.md). Not greenlets either: one lives
+        # for a task.
         keep_connections()
     # Before the pool forks: its children inherit these objects frozen (worker.heap).
     freeze_startup_heap()
