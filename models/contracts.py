@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
 import rfc8785
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, computed_field, field_validator
 from pydantic_core import PydanticCustomError
 
 from models.enums import Decision, ResumeOutcome
@@ -17,6 +17,11 @@ from models.enums import Decision, ResumeOutcome
 RESUME_SCHEMA_VERSION = "resume.v1"
 # How long a contract built for a responder stays valid, unless they say otherwise.
 CONTRACT_EXPIRES_IN = timedelta(minutes=15)
+
+
+# The input schema of a tool-call review is named after its arguments' model:
+# ``<args>-review.vN`` (``worker.toolcalls.answer_model``).
+REVIEW_SCHEMA_SUFFIX = "-review"
 
 
 # How evidence hashes are computed now; interrupts recorded before carry NULL (legacy_json).
@@ -205,6 +210,27 @@ class InterruptFields(Frozen):
     default_input: dict[str, Any] | None
 
 
+class ProposedCall(Frozen):
+    """The tool call a review interrupt asks about (``ctx.review_call``), as proposed."""
+
+    tool: str
+    args: dict[str, Any]
+
+
+def proposed_call(schema_name: str, evidence: Any) -> ProposedCall | None:
+    """The call an interrupt reviews, read from what it records; None for any other interrupt.
+
+    Read from the interrupt alone (its input schema's name and its evidence), so that a
+    process without the flow's code (the CLI, a web server for many flows) shows the call too.
+    """
+    if not schema_name.endswith(REVIEW_SCHEMA_SUFFIX) or not isinstance(evidence, dict):
+        return None
+    tool, args = evidence.get("tool"), evidence.get("args")
+    if not isinstance(tool, str) or not isinstance(args, dict):
+        return None
+    return ProposedCall(tool=tool, args=args)
+
+
 class InterruptDecl(InterruptFields):
     """A checked interrupt declaration (built by ``ctx.interrupt``), ready to be stored."""
 
@@ -216,6 +242,13 @@ class InterruptDecl(InterruptFields):
 
 class InterruptView(InterruptFields):
     """A stored interrupt, as people and code read it."""
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def review(self) -> ProposedCall | None:
+        """For a tool-call review: the call proposed (approve it, edit its ``args``, or reject
+        it with a ``message``); null for any other interrupt."""
+        return proposed_call(self.schema_name, self.evidence)
 
     id: str
     run_id: str

@@ -19,6 +19,7 @@ from sqlalchemy import update
 
 from models.db import transaction, utcnow
 from models.tables import Interrupt
+from tests.flows import agents
 from tests.flows.interrupts import scratch_redis
 from tests.resumes import wait_finished, wait_pending
 from tests.services import WorkerProcess
@@ -403,3 +404,51 @@ def test_refusals_are_limited_per_actor_too(
         in httpx.get(server.url + "/metrics").text
     )
     assert server.output().count("is throttled") == 1
+
+
+def test_a_tool_call_review_over_http_shows_the_call_and_takes_approve_edit_reject(
+    db: str, shared_worker: WorkerProcess, web_server: WebServer
+) -> None:
+    api = Api(web_server, {"mia": add_actor("mia", ["manager"])})
+    # Given a step's proposed refund, waiting for review
+    runs = {what: enqueue_run("agent_review", {"amount": 300}) for what in ("edit", "reject")}
+    asked = {what: wait_pending(run_id, "refund") for what, run_id in runs.items()}
+    # Then the interrupt carries the call, and its template approves it as proposed
+    detail = api.get(f"/v1/interrupts/{asked['edit'].id}", "mia").json()
+    assert detail["interrupt"]["review"] == {
+        "tool": "refund",
+        "args": {"order": "B-7", "amount": 300},
+    }
+    assert detail["template"]["input"] == {"args": None, "message": ""}
+    listed = api.get("/v1/interrupts", "mia").json()["items"]
+    assert {i["review"]["tool"] for i in listed} == {"refund"}
+    # And the OpenAPI document shows a review's answers
+    spec = httpx.get(web_server.url + "/openapi.json").json()
+    examples = spec["paths"]["/v1/resume"]["post"]["requestBody"]["content"]["application/json"]
+    assert {"approve_call", "edit_call", "reject_call"} <= set(examples["examples"])
+    assert "review" in spec["components"]["schemas"]["InterruptView"]["properties"]
+
+    # When the manager edits the refund beyond her authority: 403 denied, recorded
+    beyond = {**detail["template"], "input": {"args": {"order": "B-7", "amount": 5000}}}
+    refused = api.resume(beyond, "mia")
+    assert refused.status_code == 403 and refused.json()["outcome"] == "denied"
+    assert "finance-lead" in refused.json()["reason"]
+    assert _attempt(refused.json()["attempt_id"]).outcome == "denied"
+    # When she edits it within her authority (a new key: a new answer), it runs as edited
+    within = {
+        **api.template(asked["edit"].id, "mia"),
+        "input": {"args": {"order": "B-7", "amount": 250}},
+    }
+    assert api.resume(within, "mia").status_code == 202
+    assert wait_finished(runs["edit"]) == "succeeded"
+    assert agents.executed(runs["edit"]) == [{"order": "B-7", "amount": 250}]
+    # When she rejects the other, saying why, nothing runs and the step hears why
+    rejected = {
+        **api.template(asked["reject"].id, "mia"),
+        "decision": "rejected",
+        "input": {"message": "refund the shipping only"},
+    }
+    assert api.resume(rejected, "mia").status_code == 202
+    assert wait_finished(runs["reject"]) == "succeeded"
+    assert agents.executed(runs["reject"]) == []
+    assert get_run(runs["reject"]).output["told_model"] == "refund the shipping only"

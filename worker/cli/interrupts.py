@@ -30,6 +30,7 @@ from worker.cli.parser import (
     positive_int,
     verb,
 )
+from worker.cli.review import resume_hint, show_call
 
 if TYPE_CHECKING:
     from models.contracts import InterruptView
@@ -198,14 +199,13 @@ def _show(args: argparse.Namespace, out: Output) -> int:
             *([("policy version", interrupt.policy_version)] if interrupt.policy_version else []),
         ]
     )
+    show_call(out, interrupt)
     out.block("scope", interrupt.scope)
     out.block("evidence", interrupt.evidence)
     out.block("required input (JSON Schema)", interrupt.json_schema)
     if interrupt.previous_input is not None:
         out.block("input given before the evidence changed", interrupt.previous_input)
     out.block("resume contract template (resume.v1)", template)
-    out.line(
-        f"resume with: interlude resume {interrupt.id} --actor ID --decision approved "
-        "--input '{...}'   (or fill in the template: interlude resume --contract FILE)"
-    )
+    for line in resume_hint(interrupt):
+        out.line(line)
     return OK

@@ -171,6 +171,41 @@ _RESPONSES: dict[int | str, dict[str, Any]] = {
 _RESPONSES[429] = {"description": "too many refused attempts from this client or actor"}
 
 
+def _example(summary: str, decision: str, input: dict[str, Any]) -> dict[str, Any]:
+    contract = {
+        "schema_version": "resume.v1",
+        "run_id": "3f1c…",
+        "checkpoint_id": "9a2e…",
+        "interrupt_id": "c07d…",
+        "actor": {"type": "human", "id": "mia"},
+        "decision": decision,
+        "input": input,
+        "scope": None,
+        "evidence_hash": "sha256:…",
+        "idempotency_key": "mia-c07d-1",
+        "expires_at": "2026-12-03T14:00:00Z",
+    }
+    return {"summary": summary, "value": contract}
+
+
+# A tool-call review (``review`` on the interrupt) takes {"args": ..., "message": ...}.
+_EXAMPLES = {
+    "answer": _example("an answer: the input the interrupt's schema asks for", "approved", {}),
+    "approve_call": _example("a tool-call review: approve the call as proposed", "approved", {}),
+    "edit_call": _example(
+        "a tool-call review: approve the call with edited arguments (all of them; the edited "
+        "call is authorized again, and refused as denied beyond the actor's authority)",
+        "approved",
+        {"args": {"order": "B-7", "amount": 250}},
+    ),
+    "reject_call": _example(
+        "a tool-call review: reject the call, telling the agent why",
+        "rejected",
+        {"message": "refund the damaged item only"},
+    ),
+}
+
+
 @router.post(
     "/resume",
     response_model=ResumeResult,
@@ -179,7 +214,12 @@ _RESPONSES[429] = {"description": "too many refused attempts from this client or
     openapi_extra={
         "requestBody": {
             "required": True,
-            "content": {"application/json": {"schema": ResumeContract.model_json_schema()}},
+            "content": {
+                "application/json": {
+                    "schema": ResumeContract.model_json_schema(),
+                    "examples": _EXAMPLES,
+                }
+            },
         }
     },
 )

@@ -14,6 +14,8 @@ from typing import Any
 from worker.jsontext import finite_number, loads_finite
 
 PREFIX = "input."
+# A tool-call review's edit form: one field per argument of the call.
+ARGS_PREFIX = "args."
 
 
 @dataclass(frozen=True)
@@ -30,10 +32,11 @@ class FormField:
     maximum: float | None = None
     min_length: int | None = None
     max_length: int | None = None
+    prefix: str = PREFIX
 
     @property
     def input_name(self) -> str:
-        return PREFIX + self.name
+        return self.prefix + self.name
 
     @property
     def shown(self) -> str:
@@ -82,6 +85,7 @@ def fields_of(
     schema: Mapping[str, Any],
     values: Mapping[str, Any] | None = None,
     order: list[str] | None = None,
+    prefix: str = PREFIX,
 ) -> list[FormField]:
     """One field per top-level property, prefilled from ``values``.
 
@@ -111,9 +115,22 @@ def fields_of(
                 maximum=node.get("maximum"),
                 min_length=node.get("minLength"),
                 max_length=node.get("maxLength"),
+                prefix=prefix,
             )
         )
     return fields
+
+
+def args_schema_of(review_schema: Mapping[str, Any]) -> dict[str, Any]:
+    """The JSON Schema of a tool-call review's arguments (``args`` of its input schema).
+
+    Taken from the schema the interrupt recorded, with the definitions it refers to, so that
+    the edit form needs no flow code here; ``{}`` when the schema has no such property.
+    """
+    node = (review_schema.get("properties") or {}).get("args")
+    if not isinstance(node, Mapping):
+        return {}
+    return {**_plain(review_schema, node), "$defs": review_schema.get("$defs", {})}
 
 
 def input_from_form(fields: list[FormField], form: Mapping[str, str]) -> dict[str, Any]:

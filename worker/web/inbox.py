@@ -12,11 +12,12 @@ import hmac
 import json
 import secrets
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, get_args
 
 from fastapi import APIRouter, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import RedirectResponse, Response
+from pydantic import BaseModel
 from starlette.datastructures import FormData
 
 from models.contracts import ActorView, AskGroupView, InterruptView, ResumeResult
@@ -33,7 +34,7 @@ from worker.schemas import json_schema_of, lookup
 from worker.web.auth import authenticated, client_of
 from worker.web.binding import CONTRACT_LIFETIME, new_key
 from worker.web.bodies import FormRefused, form_of
-from worker.web.forms import fields_of, input_from_form
+from worker.web.forms import ARGS_PREFIX, args_schema_of, fields_of, input_from_form
 from worker.web.outcomes import UNCONFIRMED, headline_of, status_of
 from worker.web.sessions import COOKIE, SessionData
 from worker.web.state import web_state
@@ -43,6 +44,9 @@ SIGN_IN = "/inbox/signin"
 # The sign-in form's CSRF token, also in this cookie (sent back to the sign-in path only).
 SIGN_IN_COOKIE = "interlude_signin"
 SIGN_IN_SECONDS = 3600
+# The three answers to a tool-call review, each a form of its own, and their decisions.
+REVIEW_ACTIONS = {"approve": "approved", "edit": "approved", "reject": "rejected"}
+EDIT_DENIED = "Denied: you may not approve the call as edited."
 
 
 @dataclass(frozen=True)
@@ -241,6 +245,7 @@ def interrupt_page(request: Request, interrupt_id: str) -> Response:
         return _page(
             request, "message.html", {"title": "Not found", "message": str(exc)}, status=404
         )
+    call = interrupt.review
     context = {
         "visitor": visitor,
         "interrupt": interrupt,
@@ -248,10 +253,22 @@ def interrupt_page(request: Request, interrupt_id: str) -> Response:
         "fields": fields_of(
             interrupt.json_schema, interrupt.previous_input, _declared_order(interrupt)
         ),
+        "call": call,
+        # The edit form: the arguments' fields, prefilled with the call as proposed.
+        "edit_fields": fields_of(
+            args_schema_of(interrupt.json_schema),
+            call.args if call else None,
+            _args_order(interrupt),
+            prefix=ARGS_PREFIX,
+        ),
         "may_answer": bool(set(visitor.actor.roles) & set(interrupt.roles)),
         "idempotency_key": new_key(visitor.actor.id),
+        # One key per answer of a review: after a denied edit, approving as proposed (back
+        # on the same page) is a new answer, not the denied one's key used again.
+        "review_keys": {action: new_key(visitor.actor.id) for action in REVIEW_ACTIONS},
         "expires_at": (utcnow() + CONTRACT_LIFETIME).isoformat(),
         "pretty": _pretty,
+        "shown": _shown,
         # Sent back as submitted: the scope is bound to what the responder was shown.
         "scope_json": json.dumps(interrupt.scope),
         "group": _group_of(interrupt),
@@ -296,10 +313,16 @@ def _answer(
             request, "message.html", {"title": "Not found", "message": str(exc)}, status=404
         )
     decision = str(form.get("decision") or "")
-    fields = fields_of(interrupt.json_schema)
     text_form = {k: v for k, v in form.multi_items() if isinstance(v, str)}
-    # Reject releases the run with no input: a rejection need not fill the form.
-    submitted = input_from_form(fields, text_form) if decision == "approved" else {}
+    action = text_form.get("action", "")
+    if interrupt.review is not None and action in REVIEW_ACTIONS:
+        decision = REVIEW_ACTIONS[action]
+        submitted = _review_input(interrupt, action, text_form)
+    elif decision == "approved":
+        submitted = input_from_form(fields_of(interrupt.json_schema), text_form)
+    else:
+        # Reject releases the run with no input: a rejection need not fill the form.
+        submitted = {}
     contract = {
         "schema_version": "resume.v1",
         "run_id": text_form.get("run_id"),
@@ -319,6 +342,8 @@ def _answer(
         web_state(request).limiter.refused(client, visitor.session.actor_id)
     context = {"visitor": visitor, "interrupt": interrupt, "result": result, "pretty": _pretty}
     context.update(_explain(result, interrupt.run_id, interrupt.id))
+    if action == "edit" and result.outcome is ResumeOutcome.DENIED:
+        context["headline"] = EDIT_DENIED
     return _page(request, "outcome.html", context, status=status_of(result.outcome))
 
 
@@ -344,6 +369,26 @@ def _explain(result: ResumeResult, run_id: str, interrupt_id: str) -> dict[str, 
     return context
 
 
+def _review_input(interrupt: InterruptView, action: str, form: dict[str, str]) -> dict[str, Any]:
+    """A review's input: nothing (approve as proposed), the edited arguments, or a message."""
+    if action == "edit":
+        fields = fields_of(args_schema_of(interrupt.json_schema), prefix=ARGS_PREFIX)
+        return {"args": input_from_form(fields, form)}
+    message = form.get("message", "").strip()
+    return {"message": message} if action == "reject" and message else {}
+
+
+def _args_order(interrupt: InterruptView) -> list[str] | None:
+    """The arguments' declared order, when this process has the review's schema."""
+    if _declared_order(interrupt) is None:
+        return None
+    model = lookup(interrupt.schema_name, interrupt.schema_version)
+    args = model.model_fields.get("args") if model is not None else None
+    found = [a for a in get_args(args.annotation) if isinstance(a, type)] if args else []
+    declared = next((a for a in found if issubclass(a, BaseModel)), None)
+    return list(declared.model_fields) if declared is not None else None
+
+
 def _declared_order(interrupt: InterruptView) -> list[str] | None:
     """The input model's field order, when this process has the schema the interrupt recorded."""
     model = lookup(interrupt.schema_name, interrupt.schema_version)
@@ -358,6 +403,11 @@ def _json(text: str) -> Any:
         return json.loads(text)
     except (ValueError, RecursionError):
         return text
+
+
+def _shown(value: Any) -> str:
+    """An argument of a call as the page shows it: text as it is, anything else as JSON."""
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
 
 
 def _pretty(value: Any) -> str:
