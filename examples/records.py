@@ -1,9 +1,9 @@
 """The business records the examples keep: their own tables, next to interlude's.
 
 They stand for the systems a real flow talks to (a purchasing system, a sanctions screening
-service, an order desk, a deployer). They live in interlude's database so that the examples
-need no other server, but they are not part of interlude's schema or its migrations: they are
-created on first use, as any application would create its own tables.
+service, an order desk, a deployer, a payment provider). They live in interlude's database so
+that the examples need no other server, but they are not part of interlude's schema or its
+migrations: they are created on first use, as any application would create its own tables.
 """
 
 from __future__ import annotations
@@ -62,6 +62,17 @@ deployments = Table(
     Column("version", String(64), nullable=False),
     Column("diff_hash", String(80), nullable=False),
     Column("deployed_at", Timestamp(), nullable=False),
+)
+
+agent_refunds = Table(
+    "example_agent_refunds",
+    metadata,
+    Column("id", String(32), primary_key=True),
+    Column("idempotency_key", String(400), nullable=False, unique=True),
+    Column("order_id", String(64), nullable=False),
+    Column("amount", Integer, nullable=False),
+    Column("reason", String(400), nullable=False),
+    Column("issued_at", Timestamp(), nullable=False),
 )
 
 # Arbitrary constant: the PostgreSQL advisory lock that serialises creating these tables, so

@@ -30,7 +30,8 @@ FLOW_MODULES = (
     "tests.flows.expiry_policies,"
     "tests.flows.cli,tests.flows.effect_misuse,tests.flows.notifiers,tests.flows.agents,tests.flows.groups,tests.flows.history,"
     "examples.procurement,"
-    "examples.deploy_gate"
+    "examples.deploy_gate,"
+    "examples.agent"
 )
 TABLES = (
     "events",

@@ -1,5 +1,6 @@
 """``interlude demo``: the procurement story end to end on the embedded default, narrated.
 
+``run_story`` is the stage of every demo (``interlude demo agent`` tells another story on it).
 Everything runs on this machine with no server: SQLite in ``.interlude/demo/`` under the
 working directory (wiped at the start), kombu's filesystem broker in the same folder, and one
 real ``celery worker`` subprocess, which is stopped at the end whatever happens.
@@ -50,7 +51,16 @@ def say(text: str = "") -> None:
 
 
 def run_demo() -> int:
-    """Run the story; 0 when it ends as narrated, 1 (with one line on stderr) otherwise."""
+    """Run the procurement story; 0 when it ends as narrated, 1 (one line on stderr) if not."""
+    title = "interlude demo: a purchase request waits for an engineering certificate"
+    return run_story(FLOW_MODULE, title, _story)
+
+
+def run_story(flow_module: str, title: str, story: Callable[[Settings], None]) -> int:
+    """Tell ``story`` with the flows of ``flow_module`` on a fresh embedded machine.
+
+    0 when it ends as narrated, 1 (with one line on stderr) otherwise.
+    """
     home = (Path.cwd() / DEMO_FOLDER).resolve()
     shutil.rmtree(home, ignore_errors=True)
     home.mkdir(parents=True)
@@ -58,12 +68,12 @@ def run_demo() -> int:
         "INTERLUDE_DATABASE_URL": f"sqlite:///{home / 'interlude.db'}",
         "INTERLUDE_BROKER_URL": "filesystem://",
         "INTERLUDE_BROKER_FOLDER": str(home / "broker"),
-        "INTERLUDE_FLOWS": FLOW_MODULE,
+        "INTERLUDE_FLOWS": flow_module,
     }
     worker: subprocess.Popen[bytes] | None = None
     try:
         with _embedded(env) as settings:
-            say("interlude demo: a purchase request waits for an engineering certificate")
+            say(title)
             from models.migrate import upgrade
 
             upgrade(settings.database_url)
@@ -72,7 +82,7 @@ def run_demo() -> int:
             say(f"  broker    filesystem:// in {settings.broker_folder}")
             say(f"  worker    one real celery worker, pid {worker.pid}, its log in {home}")
             say()
-            _story(settings)
+            story(settings)
         return 0
     except Exception as exc:
         # One line for the reader; the worker's log holds the rest.
@@ -152,7 +162,7 @@ def _show_log_tail(path: Path, lines: int = 15) -> None:
         print(f"  {line}", file=sys.stderr)
 
 
-def _until(what: str, probe: Callable[[], T | None], seconds: float = STEP_SECONDS) -> T:
+def wait_until(what: str, probe: Callable[[], T | None], seconds: float = STEP_SECONDS) -> T:
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         found = probe()
@@ -198,7 +208,7 @@ def _story(settings: Settings) -> None:
     )
     say(f"[1] run started: {run_id} (procurement of PR-1001: 4 gate valves, 1240.00)")
 
-    first = _until("the run to wait", lambda: pending(run_id))
+    first = wait_until("the run to wait", lambda: pending(run_id))
     check = next(e.receipt for e in list_effects(run_id) if e.name == "supplier_check")
     say(
         f"[2] waiting: step {first.step!r} asks for {first.kind} {first.schema_id} "
@@ -207,7 +217,7 @@ def _story(settings: Settings) -> None:
     )
     procurement.submit_request("PR-1002", "obsidian-holdings", [{**VALVES, "quantity": 1}])
     other = enqueue_run("procurement", {"request_id": "PR-1002"}, started_by="bo")
-    other_state = _until("the second run to finish", lambda: finished(other))
+    other_state = wait_until("the second run to finish", lambda: finished(other))
     outcome = get_run(other).output["outcome"]
     if get_run(run_id).state != "waiting" or other_state != "succeeded":
         raise DemoError("the second run did not finish while the first waited")
@@ -247,7 +257,7 @@ def _story(settings: Settings) -> None:
     again = submit_resume(contract, ada)
     say(f"    the same submission sent twice -> {again.outcome}: nothing happens a second time")
 
-    state = _until("the run to finish", lambda: finished(run_id))
+    state = wait_until("the run to finish", lambda: finished(run_id))
     run = get_run(run_id)
     if state != "succeeded":
         raise DemoError(f"run {run_id} ended {state}: {run.error}")

@@ -32,11 +32,12 @@ def demo_command() -> list[str]:
     ]
 
 
-def run_demo(cwd: Path) -> subprocess.CompletedProcess[str]:
-    # A fresh machine: none of the test session's INTERLUDE_* settings.
+def run_demo(cwd: Path, command: list[str] | None = None) -> subprocess.CompletedProcess[str]:
+    # A fresh machine: none of the test session's INTERLUDE_* settings, no model configured.
     env = {k: v for k, v in os.environ.items() if not k.startswith("INTERLUDE_")}
+    env.pop("AGENT_MODEL", None)
     return subprocess.run(
-        demo_command(), cwd=cwd, env=env, capture_output=True, text=True, timeout=120
+        command or demo_command(), cwd=cwd, env=env, capture_output=True, text=True, timeout=120
     )
 
 
@@ -107,3 +108,33 @@ def test_the_demo_stops_its_worker_when_the_story_fails(
     assert "interlude demo failed: RuntimeError: the story broke" in capsys.readouterr().err
     assert len(started) == 1 and started[0].poll() is not None
     assert (os.environ.get("INTERLUDE_BROKER_URL"), app.conf.broker_url) == broker_before
+
+
+AGENT_NARRATION = [
+    "[1] run started",
+    "[2] the model proposes refund(",
+    "[3] fay rejects it",
+    "[4] the model proposes again",
+    "[5] sam edits it",
+    "[6] effect applied once",
+    "[7] finished",
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("how", ["interlude demo agent", "python -m examples.agent"])
+def test_the_agent_demo_tells_its_story(tmp_path: Path, how: str) -> None:
+    # When a new user runs the agent demo in an empty folder, either way
+    command = [*demo_command(), "agent"]
+    if how.startswith("python"):
+        command = [sys.executable, "-m", "examples.agent"]
+    ran = run_demo(tmp_path, command)
+    # Then it ends successfully, narrating each part of the story in order
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    positions = [ran.stdout.find(part) for part in AGENT_NARRATION]
+    assert -1 not in positions and positions == sorted(positions), ran.stdout
+    assert "amount=1240" in ran.stdout and "-> denied" in ran.stdout
+    assert "refund RF-" in ran.stdout and "of 330 EUR" in ran.stdout
+    assert "ilc_" not in ran.stdout + ran.stderr
+    found = re.search(r"pid (\d+)", ran.stdout)
+    assert found is not None and not alive(int(found.group(1)))

@@ -1,4 +1,4 @@
-"""The two example flows end to end, executed in-process (``drain``), on both backends."""
+"""The example flows end to end, executed in-process (``drain``), on both backends."""
 
 from __future__ import annotations
 
@@ -9,11 +9,12 @@ from typing import Any
 import pytest
 from sqlalchemy import func, select
 
-from examples import deploy_gate, procurement, records
+from examples import agent, deploy_gate, procurement, records
 from models.contracts import InterruptView
 from models.db import transaction
 from models.errors import InvalidInputError
 from models.tables import Effect, Event
+from tests.flows import agent_models
 from tests.resumes import contract_for
 from worker import add_actor, enqueue_run, get_interrupt, get_run, submit_resume
 from worker.testing import TaskRecorder, drain
@@ -261,3 +262,90 @@ def test_deploy_gate_rejection_deploys_nothing(tasks: TaskRecorder) -> None:
     assert get_run(run_id).output["outcome"] == "rejected"
     assert deploy_gate.deployments_of("search", "staging") == []
     assert effect_statuses(run_id) == {}
+
+
+CUSTOMER = "Order A-1001 arrived with one of the four gate valves cracked. I want a refund."
+
+
+def _refunds_of(run_id: str) -> list[dict[str, Any]]:
+    """The refunds the provider issued for this run's calls."""
+    issued = {r["refund_id"] for r in get_run(run_id).output["refunds"]}
+    return [r for r in agent.refunds_for("A-1001") if r["id"] in issued]
+
+
+def test_agent_rejection_goes_back_to_the_model_and_the_edited_call_runs_once(
+    tasks: TaskRecorder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a finance lead, a support lead, and the scripted model, counted
+    fay = add_actor("fay", ["finance-lead"])
+    sam = add_actor("sam", ["support-lead"])
+    monkeypatch.setenv(agent.MODEL_ENV, "tests.flows.agent_models:counting_model")
+    agent_models.calls.clear()
+    run_id = enqueue_run("support_agent", {"customer": "C-17", "message": CUSTOMER})
+
+    # When the model proposes refunding the whole order, a finance lead must review it
+    first = waiting_on(run_id)
+    assert first.review is not None
+    assert first.review.tool == "refund"
+    assert first.review.args == {"order": "A-1001", "amount": 1240, "reason": "damaged delivery"}
+    assert first.roles == ["finance-lead"]
+    assert first.evidence["context"] == {"customer": "C-17", "message": CUSTOMER}
+    # And she rejects it, saying why
+    why = "Only one valve is damaged: refund that one."
+    said = contract(first, "fay", decision="rejected", input={"message": why})
+    assert submit_resume(said, fay).accepted
+
+    # Then the model hears why and proposes again, within a support lead's authority
+    second = waiting_on(run_id)
+    assert second.id != first.id and second.review is not None
+    assert second.review.args == {"order": "A-1001", "amount": 310, "reason": "one damaged item"}
+    assert second.roles == ["support-lead", "finance-lead"]
+    # When the support lead raises it beyond her authority, it is denied and recorded
+    beyond = {"args": {**second.review.args, "amount": 3100}}
+    denied = submit_resume(contract(second, "sam", input=beyond), sam)
+    assert denied.outcome == "denied" and "finance-lead" in denied.reason, denied.reason
+    # And when she edits it within her authority, the edited call is accepted
+    within = {"args": {**second.review.args, "amount": 330}}
+    assert submit_resume(contract(second, "sam", input=within), sam).accepted
+
+    # Then exactly the edited call ran, once, and the agent told the customer
+    assert finished(run_id) == "succeeded", get_run(run_id).error
+    output = get_run(run_id).output
+    [refund] = _refunds_of(run_id)
+    assert (refund["order_id"], refund["amount"]) == ("A-1001", 330)
+    assert "330 EUR" in output["reply"]
+    told = [m for m in output["conversation"] if m["role"] == "tool"]
+    assert [m["status"] for m in told] == ["rejected", "done"]
+    assert told[0]["content"] == why
+    assert told[1]["content"]["approved_by"] == "sam" and told[1]["content"]["edited"] is True
+    assert effect_statuses(run_id) == {"refund-1": "applied"}
+    # And the model was asked once per turn, though the step ran three times
+    assert agent_models.calls == [1, 3, 5]
+    assert counter(run_id, "claim") == 3
+
+
+def test_agent_a_call_its_tool_refuses_is_told_to_the_model(
+    tasks: TaskRecorder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sam = add_actor("sam", ["support-lead"])
+    monkeypatch.setenv(agent.MODEL_ENV, "tests.flows.agent_models:careless_model")
+    agent_models.calls.clear()
+    run_id = enqueue_run("support_agent", {"customer": "C-17", "message": CUSTOMER})
+    # The refused call never reaches a reviewer: the model is told, and proposes again
+    asked = waiting_on(run_id)
+    assert asked.review is not None and asked.review.args["amount"] == 310
+    assert submit_resume(contract(asked, "sam"), sam).accepted
+    assert finished(run_id) == "succeeded", get_run(run_id).error
+    told = [m for m in get_run(run_id).output["conversation"] if m["role"] == "tool"]
+    assert told[0]["status"] == "invalid" and "amount" in told[0]["content"]
+    assert [r["amount"] for r in _refunds_of(run_id)] == [310]
+
+
+def test_agent_a_model_that_cannot_be_loaded_fails_the_run_saying_so(
+    tasks: TaskRecorder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(agent.MODEL_ENV, "examples.nowhere:model")
+    run_id = enqueue_run("support_agent", {"customer": "C-17", "message": CUSTOMER})
+    assert finished(run_id) == "failed"
+    error = get_run(run_id).error or ""
+    assert "AGENT_MODEL='examples.nowhere:model' names no function" in error, error

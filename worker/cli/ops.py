@@ -15,6 +15,12 @@ from worker.cli.exits import FAILURE, OK, CliError
 from worker.cli.output import Output, compact, flatten, format_age, jsonable, note
 from worker.cli.parser import Parser, Subparsers, group, name_text, port, verb
 
+# The demo stories: where each is told.
+DEMOS = {
+    "procurement": ("worker.demo", "run_demo"),
+    "agent": ("worker.demo_agent", "run_agent_demo"),
+}
+
 
 def register(sub: Subparsers, common: Parser) -> None:
     db = group(sub, "db", "the database schema")
@@ -42,11 +48,22 @@ def register(sub: Subparsers, common: Parser) -> None:
         help="the address to listen on (default INTERLUDE_METRICS_HOST, else 127.0.0.1; "
         "0.0.0.0: every interface, as in a container)",
     )
-    verb(
+    demo = verb(
         sub,
         "demo",
         _demo,
-        "run the procurement story end to end on the embedded default and narrate it",
+        "run a story end to end on the embedded default and narrate it",
+        description="Run a story end to end on the embedded default (SQLite and a filesystem "
+        "broker in .interlude/demo, one real worker) and narrate it: procurement (a purchase "
+        "request waits for an engineering certificate) or agent (a support agent proposes "
+        "refunds; people approve, edit or reject each call).",
+    )
+    demo.add_argument(
+        "story",
+        nargs="?",
+        choices=sorted(DEMOS),
+        default="procurement",
+        help="which story (default: procurement)",
     )
 
 
@@ -187,7 +204,8 @@ def _metrics(args: argparse.Namespace, out: Output) -> int:
 
 
 def _demo(args: argparse.Namespace, out: Output) -> int:
-    status = _call("worker.demo", "run_demo", "demo")
+    module, function = DEMOS[args.story]
+    status = _call(module, function, "demo")
     return int(status) if isinstance(status, int) else OK
 
 
