@@ -70,7 +70,9 @@ def register(sub: Subparsers, common: Parser) -> None:
     parser.add_argument(
         "--approve", action="store_true", help="approve: the same as --decision approved"
     )
-    parser.add_argument("--reject", action="store_true", help="reject: --decision rejected")
+    parser.add_argument(
+        "--reject", action="store_true", help="reject: the same as --decision rejected"
+    )
     parser.add_argument(
         "--edit",
         metavar="JSON|@FILE",
