@@ -485,10 +485,14 @@ def load_flow_modules() -> None:
     for module in get_settings().flow_modules():
         if module in _loaded:
             continue
+        # Imported without the registry's lock: the module's flows take it to register, and a
+        # thread importing this module by itself holds the module's import lock meanwhile
+        # (loading under our lock, each thread waited for the other's for ever). Python's
+        # import lock makes a second importer wait for the first, so a module runs once.
+        _import_flows(module)
         with _lock:
             if module not in _loaded:
                 _unchecked = True
-                _import_flows(module)
                 _loaded.add(module)
     if _unchecked:
         with _lock:
