@@ -197,10 +197,14 @@ def events_insert(
 
 
 def record_refusal_once(session: Session, run_id: str, *, actor: str, reason: str) -> bool:
-    """Record why a run cannot continue here, unless that is already its latest event."""
+    """Record why a run cannot continue here, unless that is already its latest event.
+
+    The reaper's republishes do not count: they come between one refused delivery and the
+    next, and the run has not moved.
+    """
     last = session.execute(
         select(Event.trigger, Event.detail)
-        .where(Event.run_id == run_id)
+        .where(Event.run_id == run_id, Event.trigger != EventKind.REPUBLISH.value)
         .order_by(Event.id.desc())
         .limit(1)
     ).first()

@@ -156,6 +156,48 @@ def test_a_run_pinned_to_a_version_this_worker_lacks_fails_closed(db: str) -> No
     assert "needs flow 'three_steps' version 7" in refused
 
 
+def test_a_run_no_loaded_flow_can_continue_is_refused_once_across_republishes(
+    tasks: TaskRecorder,
+) -> None:
+    from datetime import timedelta
+
+    from models import runs as run_store
+    from models.settings import get_settings
+    from worker.reaper import reap
+
+    # Given a queued run of a version this worker lacks, refused once already
+    with transaction() as session:
+        run_id = run_store.insert_run(
+            session,
+            flow_name="three_steps",
+            flow_version=7,
+            input={},
+            first_step="first",
+            idempotency_key=None,
+            started_by="test",
+            budget=None,
+        ).id
+    from worker.runtime import execute
+
+    execute(run_id)
+    # When the reaper republishes it again and again (each time a republish event between),
+    # and each delivery meets the same refusal
+    later = utcnow()
+    for _ in range(3):
+        later += timedelta(seconds=get_settings().redispatch_after * 5)
+        assert reap(now=later) == 1
+        assert tasks.drain() == 1
+    # Then the run has one refused event, and one republish per pass
+    with transaction(readonly=True) as session:
+        triggers = (
+            session.execute(select(Event.trigger).where(Event.run_id == run_id).order_by(Event.id))
+            .scalars()
+            .all()
+        )
+    assert triggers.count("republish") == 3
+    assert triggers.count("refused") == 1, triggers
+
+
 def test_a_step_longer_than_its_lease_keeps_it_and_runs_once(tasks: TaskRecorder) -> None:
     from worker.reaper import reap
 
