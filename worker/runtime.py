@@ -12,8 +12,9 @@ import os
 import socket
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
+from types import TracebackType
 from typing import Any
 
 from models import effects as effect_store
@@ -59,6 +60,7 @@ from worker.migration import plan as migration_plan
 from worker.reconcile import settle_pending_effects
 from worker.schemas import OperatorRelease
 from worker.step_metrics import StepOutcome
+from worker.tracebacks import step_traceback
 
 log = logging.getLogger(__name__)
 
@@ -107,6 +109,8 @@ class Failure:
     error: str  # as committed on the run: "ErrorClass: message"
     error_class: str
     retry_in: float | None
+    # The step's own frames, for the task's failure in Flower (not compared, not shown).
+    traceback: TracebackType | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True)
@@ -656,12 +660,15 @@ def _commit_failure(claimed: Claimed, ctx: StepContext, exc: Exception, owner: s
     error = store.storable_copy(f"{type(exc).__name__}: {exc}")
     attempts = run.step_attempts + 1
     retry = attempts <= step.retries and not isinstance(exc, PERMANENT_ERRORS)
+    # The traceback goes with the event (``runs show --traceback``) and into the log line.
     detail = {"step": step.name, "attempt": attempts, "error": error}
+    detail["traceback"] = step_traceback(exc)
     log.warning(
         "step %s failed (attempt %d): %s",
         step.name,
         attempts,
         error,
+        exc_info=exc,
         extra={"action": "step_failed", "run_id": run.id},
     )
     backoff = min(step.backoff * 2 ** (attempts - 1), MAX_BACKOFF_SECONDS)
@@ -700,6 +707,7 @@ def _commit_failure(claimed: Claimed, ctx: StepContext, exc: Exception, owner: s
         error=error,
         error_class=type(exc).__name__,
         retry_in=backoff if retry else None,
+        traceback=exc.__traceback__,
     )
     if retry:
         dispatch.publish_step(run.id, flow=run.flow_name, step=step.name, countdown=backoff)

@@ -60,7 +60,8 @@ def report(failure: Failure | None) -> None:
 
     A failure to be retried ends it as RETRY: interlude has already published the next attempt
     itself (the run row says when), so this raises Celery's ``Retry`` without ``Task.retry``,
-    which would publish a second copy. A failure for good ends it as FAILURE.
+    which would publish a second copy. A failure for good ends it as FAILURE. Either carries
+    the step's own frames (Flower's traceback ends where the step raised, not here).
     """
     if failure is None:
         return
@@ -75,8 +76,8 @@ def report(failure: Failure | None) -> None:
         error=error,
     )
     if failure.retry_in is not None:
-        raise Retry(exc=exc, when=failure.retry_in)
-    raise exc
+        raise Retry(exc=exc, when=failure.retry_in).with_traceback(failure.traceback)
+    raise exc.with_traceback(failure.traceback)
 
 
 # Its time limits come from the settings (worker.app). A call that outlives the hard limit, or

@@ -191,13 +191,21 @@ def test_flower_shows_retries_then_the_failure_of_a_failing_step_with_its_flow_a
     assert {t["kwargs"] for t in tasks} == {"{'flow': 'flaky', 'step': 'sometimes'}"}
     found = flower.get("/api/tasks?search=kwargs:flow%3Dflaky")
     assert {t["uuid"] for t in tasks} <= set(found)
-    # And an expected failure is no traceback of the step: the task raised it after the commit,
-    # outside the handler, and the worker logged it on one line
-    assert "During handling" not in last["traceback"]
-    assert "tests/flows/engine.py" not in last["traceback"]
+    # And each attempt's traceback in Flower is the step's own: it goes down to the line that
+    # raised in the flow's module, not only to the task's re-raise (and holds no "During
+    # handling": the task raised it after the commit, outside any handler)
+    for task in tasks:
+        assert "During handling" not in task["traceback"]
+        assert 'tests/flows/engine.py", line' in task["traceback"], task["traceback"]
+        assert 'raise RuntimeError(f"flaky failure {tries}")' in task["traceback"]
+    # ... and Celery logged the expected failure on one line, the step's traceback went into the
+    # worker's log with the run named
     lines = [line for line in worker.output().splitlines() if last["uuid"] in line]
     assert any("raised expected" in line for line in lines), lines
     assert "raised unexpected" not in worker.output()
+    logged = worker.output().split("step sometimes failed (attempt 3)", 1)[1]
+    assert logged.startswith(f": RuntimeError: flaky failure 3 [run {run_id}")
+    assert 'raise RuntimeError(f"flaky failure {tries}")' in logged.split("\n\n")[0]
 
 
 def _tasks_of(flower: Flower, run_id: str) -> list[dict[str, Any]]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 
@@ -114,6 +115,52 @@ def test_each_failed_attempt_hands_its_committed_failure_to_the_task(tasks: Task
     assert {(f.run_id, f.flow, f.step) for f, _ in reports} == {(run_id, "flaky", "sometimes")}
     # And every task published for it (enqueue, two retries) was labelled with flow and step
     assert [(t.flow, t.step) for t in tasks.published] == [("flaky", "sometimes")] * 3
+
+
+def test_a_failed_step_keeps_its_own_traceback(
+    tasks: TaskRecorder, caplog: pytest.LogCaptureFixture, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import traceback
+
+    from worker.cli.runs import last_failure
+    from worker.runs import list_events
+    from worker.runtime import execute
+    from worker.tasks import report
+
+    # Given a step that fails with a KeyError of its own (its input lacks a key)
+    run_id = enqueue_run("mistaken", {})
+    # When a worker executes it (no retries: it fails for good)
+    with caplog.at_level("WARNING", logger="worker.runtime"):
+        failures = [execute(t.run_id) for t in tasks.clear()]
+    assert get_run(run_id).error == "KeyError: 'mistake'"
+    # Then the failure's event keeps the traceback, down to the step's line
+    failed = last_failure(list_events(run_id))
+    assert failed is not None and failed.trigger == "fail"
+    stored = failed.detail["traceback"]
+    assert 'tests/flows/engine.py", line' in stored and "in err" in stored
+    assert 'mistake = ctx.input["mistake"]' in stored
+    assert stored.endswith("KeyError: 'mistake'")
+    # ... the worker's log line about it carries the traceback and names the run
+    [record] = [r for r in caplog.records if getattr(r, "action", None) == "step_failed"]
+    assert record.run_id == run_id and record.exc_info is not None
+    assert "in err" in "".join(traceback.format_exception(*record.exc_info))
+    # ... and the task's failure (what Flower shows) carries the step's frames
+    [failure] = failures
+    with pytest.raises(Exception) as raised:
+        report(failure)
+    shown = "".join(traceback.format_exception(raised.value))
+    assert 'mistake = ctx.input["mistake"]' in shown
+    assert shown.rstrip().endswith("failed (attempt 1): KeyError: 'mistake'")
+    # And ``runs show --traceback`` prints it under the timeline (whose row stays one line)
+    from worker.cli import main
+
+    capsys.readouterr()
+    assert main(["runs", "show", run_id, "--traceback", "--wide"]) == 0
+    printed = capsys.readouterr().out
+    timeline, _, after = printed.partition("traceback of step 'err', attempt 1:")
+    assert 'mistake = ctx.input["mistake"]' in after and "Traceback" not in timeline
+    assert main(["runs", "show", run_id, "--traceback", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["traceback"] == stored
 
 
 def test_a_step_that_succeeds_or_waits_reports_no_failure(tasks: TaskRecorder) -> None:

@@ -5,8 +5,12 @@ from __future__ import annotations
 
 import argparse
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 from models.enums import RunState
+
+if TYPE_CHECKING:
+    from models.contracts import EventView
 from worker.cli.attempts import attempt_counts
 from worker.cli.attempts import register as register_attempts
 from worker.cli.exits import BAD_INPUT, OK, CliError
@@ -71,6 +75,11 @@ def register(sub: Subparsers, common: Parser) -> None:
         "--follow",
         action="store_true",
         help="keep printing new timeline rows until the run finishes (exit status as runs wait)",
+    )
+    show.add_argument(
+        "--traceback",
+        action="store_true",
+        help="and the traceback of the step's latest failure, as the worker recorded it",
     )
 
     cancel = verb(
@@ -211,9 +220,12 @@ def _show(args: argparse.Namespace, out: Output) -> int:
     since = waiting_since([run.id]).get(run.id)
     if out.as_json and args.follow:
         raise CliError("--follow prints a timeline for people; use runs wait --json", BAD_INPUT)
+    failed = last_failure(events) if args.traceback else None
     if out.as_json:
+        traceback = {"traceback": failed and failed.detail["traceback"]} if args.traceback else {}
         out.json(
             {
+                **traceback,
                 "run": {**jsonable(run), "waiting_seconds": waiting_for(run.state, since)},
                 "checkpoints": checkpoints,
                 "interrupts": interrupts,
@@ -277,9 +289,26 @@ def _show(args: argparse.Namespace, out: Output) -> int:
         title="timeline (UTC)" + ("" if out.wide else "; --wide for full details"),
         keep=("at", "what"),
     )
+    if args.traceback:
+        out.line()
+        if failed is None:
+            out.line("no traceback: no step of this run has failed")
+        else:
+            attempt = failed.detail.get("attempt", "?")
+            out.line(f"traceback of step {failed.detail.get('step')!r}, attempt {attempt}:")
+            out.line(failed.detail["traceback"])
     if args.follow:
         return follow(run.id, out, shown=entries)
     return OK
+
+
+def last_failure(events: list[EventView]) -> EventView | None:
+    """The run's latest failed attempt (a retry or a failure) that kept its traceback."""
+    for event in reversed(events):
+        kept = isinstance(event.detail, dict) and isinstance(event.detail.get("traceback"), str)
+        if event.trigger in ("fail", "retry") and kept:
+            return event
+    return None
 
 
 def _cancel(args: argparse.Namespace, out: Output) -> int:

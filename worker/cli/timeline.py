@@ -106,6 +106,9 @@ def _event(
     if event.to_state is not None:
         what += f" {event.from_state or '∅'} → {event.to_state}"
     detail: Any = event.detail
+    if isinstance(detail, dict) and "traceback" in detail:
+        # Many lines: ``runs show --traceback`` prints it under the timeline.
+        detail = {key: value for key, value in detail.items() if key != "traceback"}
     interrupt = None
     if isinstance(detail, dict) and isinstance(detail.get("interrupt_id"), str):
         interrupt = interrupts.get(detail["interrupt_id"])
