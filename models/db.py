@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from datetime import UTC, datetime
@@ -14,6 +15,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session, sessionmaker
 
+from models.db_errors import is_transient
 from models.dialects import AUTOCOMMIT_WRITES, Dialect, dialect_for
 from models.kept import autocommit_connection
 from models.kept import release as release_kept
@@ -21,6 +23,10 @@ from models.scope import AutocommitScope, Scope
 from models.settings import get_settings
 
 DEFAULT_POOL_SIZE = 5
+# Waits between tries of work that met a transient database error: doubled from the first up
+# to the last, so that a server back after a restart (about a second) is found within moments.
+FIRST_RETRY_WAIT = 0.05
+LONGEST_RETRY_WAIT = 0.5
 T = TypeVar("T")
 
 _lock = threading.Lock()
@@ -166,6 +172,25 @@ def once_more_if_disconnected(work: Callable[[], T]) -> T:
         if not exc.connection_invalidated:
             raise
     return work()
+
+
+def retrying(work: Callable[[], T], *, within: float) -> T:
+    """``work()`` (its own transaction), tried again while it meets a transient database error
+    (``models.db_errors.is_transient``: a lost connection, a restarting server, a
+    serialization failure) and ``within`` seconds have not passed; then that error is raised.
+
+    Only for work safe to repeat when its first commit might have landed (a compare-and-set).
+    """
+    deadline = time.monotonic() + within
+    wait = FIRST_RETRY_WAIT
+    while True:
+        try:
+            return work()
+        except DBAPIError as exc:
+            if not is_transient(exc) or time.monotonic() + wait > deadline:
+                raise
+        time.sleep(wait)
+        wait = min(wait * 2, LONGEST_RETRY_WAIT)
 
 
 def current_dialect() -> Dialect:

@@ -22,6 +22,12 @@ def stale_lease_end(session: Session, run_id: str, epoch: int) -> datetime | Non
     itself); failing that, the claim of the next epoch, which could only follow the end of the
     old lease. None if the trail shows neither (the epoch is still current).
     """
+    return stale_lease(session, run_id, epoch)[0]
+
+
+def stale_lease(session: Session, run_id: str, epoch: int) -> tuple[datetime | None, bool]:
+    """``stale_lease_end``, and whether that owner gave the run back itself (a requeue marked
+    ``released``): its calls had all returned then, so none of them can land later."""
     rows = session.execute(
         select(Event.trigger, Event.at, Event.detail)
         .where(Event.run_id == run_id, Event.trigger.in_((EventKind.REQUEUE, EventKind.CLAIM)))
@@ -32,8 +38,9 @@ def stale_lease_end(session: Session, run_id: str, epoch: int) -> datetime | Non
         detail = detail if isinstance(detail, dict) else {}
         if trigger == EventKind.REQUEUE and detail.get("epoch") == epoch:
             seen = detail.get("lease_expires_at")
-            return datetime.fromisoformat(seen) if isinstance(seen, str) else at
+            ended = datetime.fromisoformat(seen) if isinstance(seen, str) else at
+            return ended, detail.get("released") is True
         later = isinstance(detail.get("epoch"), int) and detail["epoch"] > epoch
         if trigger == EventKind.CLAIM and later:
             ends.append(at)
-    return ends[0] if ends else None
+    return (ends[0] if ends else None), False

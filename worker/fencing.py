@@ -87,7 +87,9 @@ def await_stale_owner(ctx: EffectScope, entry: LedgerEntry) -> datetime | None:
     if entry.epoch >= ctx.epoch:
         return None
     with transaction(readonly=True) as session:
-        ended = fencing.stale_lease_end(session, ctx.run_id, entry.epoch)
+        ended, released = fencing.stale_lease(session, ctx.run_id, entry.epoch)
+    if released:
+        return ended  # that owner gave the run back once its calls had returned: none in flight
     grace = get_settings().effect_grace
     settle_at = (ended or utcnow()) + timedelta(seconds=grace)
     wait = min((settle_at - utcnow()).total_seconds(), grace)

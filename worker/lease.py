@@ -19,6 +19,7 @@ from datetime import datetime, timedelta
 
 from models import runs
 from models.db import transaction, utcnow
+from models.db_errors import describe, is_transient
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +81,15 @@ class LeaseKeeper:
                 renewed = runs.renew_lease(
                     session, held.run_id, epoch=held.epoch, expires_at=expires_at
                 )
-        except Exception:
+        except Exception as exc:
+            if is_transient(exc):  # the database restarting: one line, tried again next tick
+                reason = describe(exc)
+                log.warning(
+                    "lease renewal failed: %s",
+                    reason,
+                    extra={"action": "lease", "run_id": held.run_id},
+                )
+                return
             log.exception("lease renewal failed", extra={"action": "lease", "run_id": held.run_id})
             return
         if renewed:

@@ -114,6 +114,17 @@ class EscapeControls(logging.Filter):
         return True
 
 
+class KeptTraceback(logging.Filter):
+    """A logger's filter: a record that brings its traceback as text, bounded and escaped as
+    the run keeps it (``extra={"traceback": ...}``), prints that text, not its raw exception."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        kept = getattr(record, "traceback", None)
+        if isinstance(kept, str) and record.exc_info:
+            record.exc_text = kept
+        return True
+
+
 class RunContext(logging.Filter):
     """Adds run_id, flow and step to records; names them in the text of human lines."""
 

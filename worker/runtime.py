@@ -11,17 +11,21 @@ import logging
 import os
 import socket
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
+from functools import partial
 from types import TracebackType
 from typing import Any
+
+from sqlalchemy.exc import DBAPIError
 
 from models import effects as effect_store
 from models import interrupts as interrupt_store
 from models import runs as store
 from models.contracts import InterruptDecl, json_copy
-from models.db import current_dialect, once_more_if_disconnected, transaction, utcnow
+from models.db import current_dialect, retrying, transaction, utcnow
+from models.db_errors import describe, is_transient
 from models.effects import LedgerEntry, load_ledger
 from models.enums import EventKind, InterruptKind, RunState
 from models.errors import (
@@ -58,17 +62,23 @@ from worker.lease import keeper
 from worker.migration import carry, deferred_revalidation, migrated_state
 from worker.migration import plan as migration_plan
 from worker.reconcile import settle_pending_effects
+from worker.release import give_back
 from worker.schemas import OperatorRelease
 from worker.step_metrics import StepOutcome
 from worker.tracebacks import step_traceback
 
 log = logging.getLogger(__name__)
+# A failed step's log line prints the traceback its run keeps (escaped, bounded).
+log.addFilter(runlog.KeptTraceback())
 
 MAX_BACKOFF_SECONDS = 60.0
 # A task continues a run's following steps itself, within these bounds (saves a publish,
 # a delivery and a claim transaction per step).
 MAX_CHAINED_STEPS = 16
 MAX_CHAIN_SECONDS = 1.0
+# How long a claim waits for a database that is away (a restart) before its task gives up; the
+# reaper publishes the run again later.
+CLAIM_RETRY_SECONDS = 10.0
 # Errors that retrying the step cannot cure.
 # Failures that another attempt cannot fix: the step fails at once (an input error included).
 PERMANENT_ERRORS = (
@@ -133,7 +143,18 @@ def execute(run_id: str) -> Failure | None:
     owner = worker_identity()
     runlog.bind(run_id)
     try:
-        claimed, failure = _claim(run_id, owner), None
+        try:
+            claimed, failure = _claim(run_id, owner), None
+        except DBAPIError as exc:
+            if not is_transient(exc):
+                raise
+            # One line, not a traceback per delivery: the run row keeps what is to be done.
+            log.warning(
+                "database unavailable, delivery dropped (the reaper publishes the run again): %s",
+                describe(exc),
+                extra={"action": "claim_failed", "run_id": run_id},
+            )
+            return None
         if claimed is None:
             # A second delivery (a requeued or republished message), or a run that moved on:
             # the task ends as succeeded, so say why it did nothing.
@@ -227,9 +248,15 @@ def _run_and_commit(
         ended = _discard(run.id, exc)
     except Exception as exc:
         # A mistake the step caught fails it, whatever the step raised after it.
-        ended = _commit_failure(claimed, ctx, ctx.mistake or exc, owner)
+        failed = ctx.mistake or exc
+        if is_transient(failed):
+            ended = _release(claimed, ctx, failed, owner)
+        else:
+            commit = partial(_commit_failure, claimed, ctx, failed, owner)
+            ended = _or_release(commit, claimed, ctx, owner)
     else:
-        ended = _commit_advance(claimed, ctx, next_step, owner, chain=may_chain)
+        commit = partial(_commit_advance, claimed, ctx, next_step, owner, chain=may_chain)
+        ended = _or_release(commit, claimed, ctx, owner)
     if suspension is not None:
         asked_from = span.traceparent
         if asked_from is not None:
@@ -237,7 +264,8 @@ def _run_and_commit(
             suspension = tuple(
                 d.model_copy(update={"trace_parent": asked_from}) for d in suspension
             )
-        ended = _commit_suspend(claimed, ctx, suspension, owner)
+        commit = partial(_commit_suspend, claimed, ctx, suspension, owner)
+        ended = _or_release(commit, claimed, ctx, owner)
     return ended
 
 
@@ -261,6 +289,33 @@ def _as_json_state(ctx: StepContext) -> dict[str, Any]:
     return state
 
 
+def _or_release(
+    commit: Callable[[], Ended], claimed: Claimed, ctx: StepContext, owner: str
+) -> Ended:
+    """``commit()``; when it meets a transient database error, the run is given back."""
+    try:
+        return commit()
+    except DBAPIError as exc:
+        if not is_transient(exc):
+            raise
+        return _release(claimed, ctx, exc, owner)
+
+
+def _release(claimed: Claimed, ctx: StepContext, exc: DBAPIError, owner: str) -> Ended:
+    """The database failed the step for a moment: the run goes back to the queue at once, with
+    its effects' outcomes, rather than wait for its lease to expire (``worker.release``)."""
+    give_back(
+        claimed.run,
+        epoch=ctx.epoch,
+        step=ctx.step,
+        outcomes=_outcomes(ctx),
+        owner=owner,
+        exc=exc,
+        within=_lease(claimed.step),
+    )
+    return Ended(StepOutcome.RELEASED)
+
+
 def _discard(run_id: str, exc: InterludeError) -> Ended:
     log.warning("step result discarded: %s", exc, extra={"action": "discard", "run_id": run_id})
     return Ended(StepOutcome.DISCARDED)
@@ -274,9 +329,10 @@ def _claim(run_id: str, owner: str) -> Claimed | None:
             return claimed, waiting
         return _claim_run(run_id, owner, waiting), waiting
 
-    # (If the first try's commit landed after all, the second finds the run claimed: nothing
-    # runs, and the reaper hands the run on when that lease expires.)
-    claimed, waiting = once_more_if_disconnected(attempt)
+    # (A database restarting is waited for a few seconds. If a try's commit landed after all,
+    # the next finds the run claimed: nothing runs, and the reaper hands the run on when that
+    # lease expires.)
+    claimed, waiting = retrying(attempt, within=CLAIM_RETRY_SECONDS)
     # A run renewed for review on a newer version waits now: notify once it is committed.
     for flow, interrupt in waiting:
         notify(flow, interrupt)
@@ -669,7 +725,7 @@ def _commit_failure(claimed: Claimed, ctx: StepContext, exc: Exception, owner: s
         attempts,
         error,
         exc_info=exc,
-        extra={"action": "step_failed", "run_id": run.id},
+        extra={"action": "step_failed", "run_id": run.id, "traceback": detail["traceback"]},
     )
     backoff = min(step.backoff * 2 ** (attempts - 1), MAX_BACKOFF_SECONDS)
     # A retry gives up the lease and waits out its backoff before its task is published.

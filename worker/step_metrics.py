@@ -34,6 +34,7 @@ class StepOutcome(StrEnum):
     RETRYING = "retrying"  # failed; another attempt is due
     FAILED = "failed"  # failed for good: the run failed
     DISCARDED = "discarded"  # this worker had lost the run; nothing of the step was kept
+    RELEASED = "released"  # a transient database error: the run was given back, due at once
 
 
 class StepMetrics:

@@ -248,3 +248,63 @@ def test_postgresql_restarted_mid_way_through_100_runs(
         for worker in workers:
             worker.stop()
         server.remove()
+
+
+def test_steps_caught_by_a_postgresql_restart_are_given_back_at_once_not_after_their_lease(
+    logs_dir: Path, tmp_path: Path
+) -> None:
+    # Given a worker with long leases and no beat (so no reaper), and runs whose steps take a
+    # while, on a PostgreSQL and a Redis of the test's own
+    broker = PrivateRedis(tmp_path).start()
+    server = PrivatePostgres().init()
+    worker: WorkerProcess | None = None
+    try:
+        server.start()
+        upgrade(server.url)
+        env = dict(
+            os.environ,
+            INTERLUDE_DATABASE_URL=server.url,
+            INTERLUDE_BROKER_URL=broker.url(),
+            INTERLUDE_LEASE_SECONDS="120",
+        )
+        worker = WorkerProcess(env, logs_dir, "-c", "2").start()
+        code = (
+            "import json\nfrom worker import enqueue_run\n"
+            "print(json.dumps([enqueue_run('effect_steady', {'sleep': 1.5}) for _ in range(2)]))"
+        )
+        done = subprocess.run(
+            [sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, timeout=60
+        )
+        assert done.returncode == 0, done.stderr.decode()[-3000:]
+        run_ids = json.loads(done.stdout.decode().strip().splitlines()[-1])
+        engine = create_engine(server.url, pool_pre_ping=True)
+        try:
+            # When PostgreSQL restarts while both runs are inside a step
+            wait_for(lambda: _claims(engine, run_ids) >= 2, timeout=30)
+            server.stop()
+            server.start()
+            # Then each step that met the restart gave its run back (no step failure, no
+            # lease to wait out): both runs finish well within one lease, each effect once
+            wait_for(lambda: _succeeded(engine, run_ids) == 2, timeout=30, interval=0.2)
+            for run_id in run_ids:
+                assert applied(run_id) == 1
+            assert "given back to be executed again at once" in worker.output()
+            assert "Traceback" not in worker.output()
+        finally:
+            engine.dispose()
+    finally:
+        if worker is not None:
+            worker.stop()
+        server.remove()
+        broker.stop()
+
+
+def _claims(engine: Engine, run_ids: list[str]) -> int:
+    with engine.connect() as conn:
+        return int(
+            conn.execute(
+                select(func.count())
+                .select_from(Event)
+                .where(Event.run_id.in_(run_ids), Event.trigger == "claim")
+            ).scalar_one()
+        )

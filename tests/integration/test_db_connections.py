@@ -7,6 +7,7 @@ interlude still gets through.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import Any
@@ -159,3 +160,61 @@ def test_an_unreachable_database_does_not_stop_a_worker_from_starting(
         monkeypatch.undo()
         reset_settings()
         dispose_engines()
+
+
+def test_transient_database_errors_are_told_from_mistakes(
+    pg: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from models.db_errors import is_transient
+
+    def raised(sql: str, url: str | None = None) -> DBAPIError:
+        engine = get_engine(url)
+        with pytest.raises(DBAPIError) as failed, engine.connect() as conn:
+            conn.execute(text(sql))
+        return failed.value
+
+    # A connection the server closed (a restart, an administrator), a serialization failure,
+    # a deadlock, a server starting up, a server not there: another try may go through
+    monkeypatch.setattr(dialects, "IDLE_PING_SECONDS", 3600.0)
+    _terminate(pg, _pooled_backend_pid(pg))
+    assert is_transient(raised("SELECT 1"))
+    for state in ("40001", "40P01", "57P03"):
+        assert is_transient(
+            raised(f"DO $$ BEGIN RAISE EXCEPTION USING ERRCODE = '{state}'; END $$")
+        )
+    nowhere = "postgresql+psycopg://postgres@127.0.0.1:1/none"
+    assert is_transient(raised("SELECT 1", nowhere))
+    # A mistake is not: another try would fail the same way
+    assert not is_transient(raised("SELECT * FROM no_such_table"))
+    assert not is_transient(raised("DO $$ BEGIN RAISE EXCEPTION 'mine'; END $$"))
+    assert not is_transient(RuntimeError("not a database error"))
+
+
+def test_work_is_tried_again_while_the_database_is_away_then_the_error_is_raised(db: str) -> None:
+    from models.db import retrying
+
+    tries: list[float] = []
+    nowhere = "postgresql+psycopg://postgres@127.0.0.1:1/none"
+
+    def work() -> None:
+        tries.append(time.monotonic())
+        with get_engine(nowhere).connect():
+            pass
+
+    began = time.monotonic()
+    with pytest.raises(DBAPIError):
+        retrying(work, within=0.5)
+    # Several tries, spaced by growing waits, given up within the time allowed
+    assert len(tries) >= 3
+    assert time.monotonic() - began < 1.5
+    # A mistake is raised at once
+    mistakes: list[int] = []
+
+    def mistake() -> None:
+        mistakes.append(1)
+        with transaction() as session:
+            session.execute(text("SELECT * FROM no_such_table"))
+
+    with pytest.raises(DBAPIError):
+        retrying(mistake, within=5)
+    assert mistakes == [1]
