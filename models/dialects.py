@@ -433,7 +433,7 @@ def _open_existing_only(engine: Engine) -> None:
             return
         path = Path(cargs[0])
         if not path.exists():
-            raise sqlite3.OperationalError(f"{NO_DATABASE_FILE} {path}")
+            raise sqlite3.OperationalError(f"{NO_DATABASE_FILE} {path.resolve()}")
         # Opened read-write only: if the file goes in the meantime, no new one is made.
         cargs[0] = f"{path.resolve().as_uri()}?mode=rw"
         cparams["uri"] = True

@@ -29,6 +29,7 @@ class SchemaStatus:
 
     current: str | None  # None: no interlude schema at all
     head: str
+    known: frozenset[str] = frozenset()  # every revision this code ships
 
     @property
     def up_to_date(self) -> bool:
@@ -68,7 +69,8 @@ def database_revision(url: str | None = None) -> str | None:
 
 
 def schema_status(url: str | None = None) -> SchemaStatus:
-    return SchemaStatus(current=database_revision(url), head=current_head())
+    known = frozenset(revision.id for revision in history())
+    return SchemaStatus(current=database_revision(url), head=current_head(), known=known)
 
 
 def history() -> list[Revision]:

@@ -210,6 +210,18 @@ class Settings(BaseSettings):
             )
         return url
 
+    def database_url_is_default(self) -> bool:
+        """Whether INTERLUDE_DATABASE_URL was left unset (the embedded SQLite database)."""
+        return "database_url" not in self.model_fields_set
+
+    def embedded_notice(self) -> str | None:
+        """One line saying that the embedded default database is in use, and where (it is
+        relative to the folder the process runs in); None when INTERLUDE_DATABASE_URL is set."""
+        if not self.database_url_is_default():
+            return None
+        path = (DEFAULT_HOME / "interlude.db").resolve()
+        return f"INTERLUDE_DATABASE_URL is not set: using the embedded SQLite database at {path}"
+
     def flow_modules(self) -> list[str]:
         return [m.strip() for m in self.flows.split(",") if m.strip()]
 

@@ -8,6 +8,7 @@ from celery.exceptions import Retry
 from celery.signals import (
     after_setup_logger,
     after_setup_task_logger,
+    celeryd_after_setup,
     worker_init,
     worker_process_init,
     worker_ready,
@@ -165,6 +166,15 @@ def _keep_connection_in_child(**_: Any) -> None:
 
 
 worker_shutdown.connect(step_metrics.cleanup_worker)
+
+
+@celeryd_after_setup.connect  # type: ignore[untyped-decorator]
+def _wait_for_database(**_: Any) -> None:
+    """Take no task until the database answers at the schema's newest revision (once logging
+    is set up, before the pool starts and anything is consumed): worker.readiness."""
+    from worker.readiness import wait_for_database
+
+    wait_for_database()
 
 
 @worker_init.connect  # type: ignore[untyped-decorator]

@@ -182,3 +182,29 @@ def test_a_models_py_in_the_project_folder_is_named_with_what_to_do(
     assert shadow in one_error_line(pinged, 1)
     # And the interlude command, which never puts the folder first, still works there
     assert run("--version", env=env, cwd=tmp_path).returncode == 0
+
+
+def test_an_unset_database_url_is_said_with_the_embedded_database_s_path(tmp_path: Path) -> None:
+    # Given a shell where INTERLUDE_DATABASE_URL was not set (forgotten, or the embedded mode)
+    env = {k: v for k, v in worker_env("unused").items() if k != "INTERLUDE_DATABASE_URL"}
+    database = tmp_path / ".interlude" / "interlude.db"
+    notice = (
+        "interlude: INTERLUDE_DATABASE_URL is not set: using the embedded SQLite database at "
+        f"{database}"
+    )
+
+    # When the operator lists runs, upgrades as told, and lists again, in that folder
+    listed = run("runs", "list", env=env, cwd=tmp_path)
+    upgraded = run("db", "upgrade", env=env, cwd=tmp_path)
+    after = run("--json", "runs", "list", env=env, cwd=tmp_path)
+
+    # Then every command says first which database it uses, by its full path, on stderr
+    assert listed.returncode == 1
+    assert listed.stderr.splitlines()[0] == notice
+    assert f"no database file at {database}" in listed.stderr.splitlines()[1]
+    assert upgraded.returncode == 0 and upgraded.stderr.splitlines()[0] == notice
+    assert database.is_file()
+    assert after.returncode == 0 and after.stderr.splitlines() == [notice]
+    assert json.loads(after.stdout) == []
+    # And --help needs nothing and says nothing of it
+    assert run("runs", "list", "--help", env=env, cwd=tmp_path).stderr == ""

@@ -19,7 +19,7 @@ from worker.cli.exits import EPILOG, FAILURE, INTERRUPTED, RESUME_EXIT, CliError
 from worker.cli.flows import register as register_flows
 from worker.cli.interrupts import register as register_interrupts
 from worker.cli.ops import register as register_ops
-from worker.cli.output import Output, error, set_json_errors
+from worker.cli.output import Output, error, note, set_json_errors
 from worker.cli.parser import (
     JSON_FLAG,
     WIDE_FLAG,
@@ -98,6 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
         out = Output(as_json=as_json, wide=getattr(args, "wide", False))
+        _say_which_database(args.command)
         status: int = args.handler(args, out)
         return status
     except SystemExit as exc:  # --help, --version
@@ -118,6 +119,19 @@ def main(argv: list[str] | None = None) -> int:
         if described is None:
             raise
         return error(described, FAILURE)
+
+
+def _say_which_database(command: str) -> None:
+    """With INTERLUDE_DATABASE_URL unset, a line on stderr says that the embedded database in
+    this folder is used, and where: an operator who forgot to set it (or `db upgrade` run in
+    the wrong shell) would otherwise work on another database than the workers' unknowingly."""
+    if command == "demo":
+        return  # it sets up a database of its own
+    from models.settings import get_settings
+
+    embedded = get_settings().embedded_notice()
+    if embedded is not None:
+        note(f"interlude: {embedded}")
 
 
 def _database_error(exc: Exception) -> str | None:
