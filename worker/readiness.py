@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import logging
 import time
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import SQLAlchemyError
 
+from models.db import database_exists
 from models.db_errors import UPGRADE_HINT
 from models.settings import Settings, get_settings
 
@@ -42,8 +44,9 @@ def database_problem(url: str) -> str | None:
     if status.up_to_date:
         return None
     if status.current is None:
-        if make_url(url).get_backend_name() == "sqlite":
-            return f"no database file at {_sqlite_path(url)}: {UPGRADE_HINT}"
+        if not database_exists(url):  # an embedded database's file: only the upgrade makes it
+            path = Path(make_url(url).database or "").resolve()
+            return f"no database file at {path}: {UPGRADE_HINT}"
         return f"the database has no interlude schema yet: {UPGRADE_HINT}"
     if status.current in status.known:
         return (
@@ -61,10 +64,7 @@ def where(settings: Settings) -> str:
     embedded = settings.embedded_notice()
     if embedded is not None:
         return embedded
-    url = make_url(settings.database_url)
-    if url.get_backend_name() == "sqlite":
-        return f"SQLite at {_sqlite_path(settings.database_url)}"
-    return url.render_as_string(hide_password=True)
+    return make_url(settings.database_url).render_as_string(hide_password=True)
 
 
 def wait_for_database(**_: Any) -> None:
@@ -83,10 +83,3 @@ def wait_for_database(**_: Any) -> None:
         time.sleep(wait)
         wait = min(wait * 2, LONGEST_WAIT)
     log.info("database ready: %s", where(settings), extra={"action": "database_ready"})
-
-
-def _sqlite_path(url: str) -> str:
-    from pathlib import Path
-
-    database = make_url(url).database or ""
-    return str(Path(database).resolve()) if database and database != ":memory:" else database

@@ -20,6 +20,7 @@ from types import TracebackType
 from typing import Any
 
 from worker.safetext import escape_controls
+from worker.tasknames import TASK_REAP, TASK_SWEEP
 
 JSON_FIELDS = "%(asctime)s %(levelname)s %(name)s %(processName)s %(message)s"
 FIELDS = ("run_id", "flow", "step")
@@ -125,6 +126,40 @@ class KeptTraceback(logging.Filter):
         return True
 
 
+# Beat's tasks, every few seconds: an idle worker's log would be mostly their lines.
+QUIET_TASKS = frozenset({TASK_SWEEP, TASK_REAP})
+# Celery's lines about every task (its worker's "received", its tracer's "succeeded in") and
+# beat's about every task it sends; their arguments name the task.
+_TASK_LINES = frozenset({"celery.worker.strategy", "celery.app.trace"})
+_BEAT_LINE = "celery.beat"
+
+
+class QuietMaintenance(logging.Filter):
+    """Celery's INFO lines about the sweep and the reaper go down to DEBUG: the task received,
+    beat sending it, and its success when it found nothing to do. A pass that handled
+    something keeps its "succeeded" line (its count), besides its own lines about each run."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno != logging.INFO or not _routine(record):
+            return True
+        if not logging.getLogger(record.name).isEnabledFor(logging.DEBUG):
+            return False
+        record.levelno, record.levelname = logging.DEBUG, logging.getLevelName(logging.DEBUG)
+        return True
+
+
+def _routine(record: logging.LogRecord) -> bool:
+    args = record.args
+    if record.name in _TASK_LINES and isinstance(args, Mapping):
+        if args.get("name") not in QUIET_TASKS:
+            return False
+        # "succeeded in ...: N": N runs or interrupts handled; 0 is routine.
+        return str(args.get("return_value", "0")) == "0"
+    if record.name == _BEAT_LINE and isinstance(args, tuple) and len(args) == 2:
+        return args[1] in QUIET_TASKS
+    return False
+
+
 class RunContext(logging.Filter):
     """Adds run_id, flow and step to records; names them in the text of human lines."""
 
@@ -168,6 +203,8 @@ def install(logger: logging.Logger | None = None, **_: Any) -> None:
 
         formatter = JsonFormatter(JSON_FIELDS)
     for handler in target.handlers:
+        if not any(isinstance(f, QuietMaintenance) for f in handler.filters):
+            handler.addFilter(QuietMaintenance())
         if not as_json and not any(isinstance(f, EscapeControls) for f in handler.filters):
             handler.addFilter(EscapeControls())
         if not any(isinstance(f, RunContext) for f in handler.filters):
