@@ -1,5 +1,10 @@
 """The faults a chaos run injects, one at a time, every 5 to 20 s at random (seeded).
 
+The first fault of every run, and some later ones, freeze a process *inside an effect's call*
+(``freeze_in_effect``): frozen longer than its lease, grace and the next owner's call take, it
+wakes up as a zombie and lands its call late. That is the window Guarantee 2 speaks of, which
+the report measures at the plain target and the fencing target.
+
 Each fault notes when it began and which runs were in flight then (queued, running or
 resuming): its recovery time is how long those runs took to move again (see ``report``).
 """
@@ -24,7 +29,9 @@ from models.tables import Event, Run
 
 log = logging.getLogger("bench.chaos")
 
+FREEZE_IN_EFFECT = "freeze_in_effect"
 KINDS = (
+    FREEZE_IN_EFFECT,
     "kill_worker",
     "kill_child",
     "stop_worker",
@@ -35,6 +42,11 @@ KINDS = (
 )
 INTERVAL = (5.0, 20.0)
 FREEZE = (8.0, 14.0)
+# Inside an effect: past the lease (5 s), the reaper, the grace (2 s), the next owner's claim,
+# reconciliation or an operator's repair, and its own call, with room for a loaded machine.
+FREEZE_IN_EFFECT_SECONDS = (14.0, 18.0)
+# How long the injector waits for a process to be inside an effect's call.
+AIM_SECONDS = 30.0
 IN_FLIGHT = ("queued", "running", "resuming")
 
 
@@ -59,11 +71,16 @@ class Injector:
 
     def run(self, until: float, stop: threading.Event) -> None:
         """Inject faults until the monotonic time ``until`` (or ``stop`` is set)."""
+        first = True
         while not stop.wait(self.rng.uniform(*INTERVAL)) and time.monotonic() < until:
-            kind = self.rng.choice(KINDS)
-            fault = Fault(kind, utcnow(), self._in_flight())
+            # Every run exercises the zombie case at least once.
+            kind = FREEZE_IN_EFFECT if first else self.rng.choice(KINDS)
+            first = False
             try:
-                fault.detail = self._inject(kind)
+                # Aimed first, so that the fault begins when the process is frozen.
+                aimed = self._aim() if kind == FREEZE_IN_EFFECT else None
+                fault = Fault(kind, utcnow(), self._in_flight())
+                fault.detail = self._inject(kind) if aimed is None else self._hold(*aimed)
             except Exception as exc:  # a fault that could not be injected is reported
                 self.errors.append(f"{kind}: {type(exc).__name__}: {exc}")
                 continue
@@ -138,6 +155,38 @@ class Injector:
         detail = self._signal_child(signal.SIGSTOP)
         pid = int(detail.split()[-1])
         return f"{detail} " + self._frozen([pid], lambda: os.kill(pid, signal.SIGCONT))
+
+    def _aim(self) -> tuple[int, str]:
+        """SIGSTOP a pool process while it is inside an effect's call: its pid and the call."""
+        from bench.chaos.flow import INFLIGHT, target
+
+        deadline = time.monotonic() + AIM_SECONDS
+        while time.monotonic() < deadline:
+            ours = {pid for w in self.cluster.workers for pid in self.cluster.children(w)}
+            calls = {int(pid) for pid in target().hkeys(INFLIGHT)}
+            aimed = sorted(pid for pid in calls if pid in ours and pid not in self.cluster.stopped)
+            if not aimed:
+                time.sleep(0.02)
+                continue
+            pid = self.rng.choice(aimed)
+            os.kill(pid, signal.SIGSTOP)
+            # Frozen, it cannot leave the call any more: is it still inside it?
+            inside = target().hget(INFLIGHT, str(pid))
+            if inside is None:
+                os.kill(pid, signal.SIGCONT)
+                continue
+            self.cluster.stopped.add(pid)
+            return pid, inside.decode() if isinstance(inside, bytes) else str(inside)
+        raise RuntimeError(f"no process was inside an effect's call within {AIM_SECONDS:.0f}s")
+
+    def _hold(self, pid: int, call: str) -> str:
+        """Keep the aimed process frozen past the next owner's call, then let it go on."""
+        seconds = self.rng.uniform(*FREEZE_IN_EFFECT_SECONDS)
+        time.sleep(seconds)
+        os.kill(pid, signal.SIGCONT)
+        self.cluster.stopped.discard(pid)
+        run_id, effect, token = call.split()
+        return f"pid {pid} in {effect} of run {run_id} (token {token}) {seconds:.1f}s"
 
     def _restart_broker(self) -> str:
         self.cluster.broker.stop()

@@ -8,9 +8,14 @@ touches (``CHAOS_TARGET_URL``):
 * the *deduplicating* target applies a key once (``SET NX``) and returns the first receipt,
   as a payment provider honouring idempotency keys would;
 * the *plain* target appends every landing with its fencing token, as a system that
-  deduplicates nothing would, so the report can count what a naive target would have seen.
+  deduplicates nothing would, so the report can count what a naive target would have seen;
+* the *fencing* target refuses a call whose fencing token is lower than one it has seen (a
+  call begun by a later owner), as a store honouring fencing tokens would: a frozen owner's
+  late call is refused there.
 
-Each call sleeps a little between its start and its writes, so that faults land inside it.
+Each call sleeps a little between its start and its writes, so that faults land inside it;
+while it runs, the process is listed under ``inflight`` (pid → run, effect, token), so that
+the injector can freeze a process inside an effect (``bench.chaos.faults``).
 """
 
 from __future__ import annotations
@@ -46,18 +51,45 @@ class Approval(BaseModel):
     note: str = ""
 
 
+# The fencing target, atomically: a token lower than the highest seen is refused (0); else it
+# becomes the highest, and a landing is kept (1). ARGV: token, "begin" or "land".
+FENCED = """
+local highest = tonumber(redis.call('GET', KEYS[1]) or '-1')
+local token = tonumber(ARGV[1])
+if token < highest then return 0 end
+redis.call('SET', KEYS[1], token)
+if ARGV[2] == 'land' then redis.call('RPUSH', KEYS[2], token) end
+return 1
+"""
+INFLIGHT = "inflight"
+
+
+def fenced(run_id: str, effect: str, token: int, what: str) -> bool:
+    """The fencing target sees a call begin or land; False if it refused its token."""
+    keys = (f"fenced:highest:{run_id}:{effect}", f"fenced:landed:{run_id}:{effect}")
+    return bool(target().eval(FENCED, 2, *keys, token, what))
+
+
 def call_target(
     run_id: str, effect: str, *, idempotency_key: str, fencing_token: int
 ) -> dict[str, Any]:
-    """One call of an effect: recorded as begun, then written to both targets."""
+    """One call of an effect: recorded as begun, then written to the three targets."""
     r = target()
-    r.rpush(f"calls:{run_id}:{effect}", fencing_token)
-    time.sleep(random.uniform(0.2, 1.0))
-    r.rpush(f"landed:{run_id}:{effect}", fencing_token)
-    receipt = {"key": idempotency_key, "effect": effect, "epoch": fencing_token}
-    if r.set(f"receipt:{idempotency_key}", json.dumps(receipt), nx=True):
-        r.sadd(f"applied:{run_id}:{effect}", idempotency_key)
-    return lookup(idempotency_key) or receipt
+    pid = os.getpid()
+    r.hset(INFLIGHT, str(pid), f"{run_id} {effect} {fencing_token}")
+    try:
+        r.rpush(f"calls:{run_id}:{effect}", fencing_token)
+        fenced(run_id, effect, fencing_token, "begin")
+        time.sleep(random.uniform(0.2, 1.0))
+        r.rpush(f"landed:{run_id}:{effect}", fencing_token)
+        receipt = {"key": idempotency_key, "effect": effect, "epoch": fencing_token}
+        if r.set(f"receipt:{idempotency_key}", json.dumps(receipt), nx=True):
+            r.sadd(f"applied:{run_id}:{effect}", idempotency_key)
+        if not fenced(run_id, effect, fencing_token, "land"):
+            r.rpush(f"fenced:refused:{run_id}:{effect}", fencing_token)
+        return lookup(idempotency_key) or receipt
+    finally:
+        r.hdel(INFLIGHT, str(pid))
 
 
 def lookup(key: str) -> dict[str, Any] | None:

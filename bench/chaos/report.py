@@ -1,11 +1,13 @@
 """What a chaos run found: every check the report prints, and which of them are violations.
 
 Violations (the run exits non-zero): lost, stuck or failed runs; an effect applied twice at
-the deduplicating target, or twice at the plain one by the same owner (same fencing token);
-a ledger receipt that differs from the target's; a second accepted resume for one interrupt;
-a gap in a run's checkpoints; a fault after which its in-flight runs never moved again.
+the deduplicating target, twice at the fencing target, or twice at the plain one by the same
+owner (same fencing token); a ledger receipt that differs from the target's; a second accepted
+resume for one interrupt; a gap in a run's checkpoints; a fault after which its in-flight runs
+never moved again; a run in which no process was frozen inside an effect's call.
 Two landings at the plain target with *different* tokens are a frozen owner's late call
-(README, Guarantee 2): reported, not a violation, since the deduplicating target absorbed it.
+(README, Guarantee 2): reported as a figure, not a violation, since the deduplicating target
+absorbed it and the fencing target refused it.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from typing import Any
 
 from sqlalchemy import Engine, func, select
 
-from bench.chaos.faults import Fault
+from bench.chaos.faults import FREEZE_IN_EFFECT, Fault
 from bench.chaos.flow import EFFECTS, lookup, target
 from bench.chaos.traffic import Traffic
 from models.tables import Checkpoint, Effect, Event, ResumeAttempt, Run
@@ -39,6 +41,8 @@ class Findings:
     dedup_duplicates: list[str] = field(default_factory=list)
     zombie_duplicates: list[str] = field(default_factory=list)
     owner_duplicates: list[str] = field(default_factory=list)
+    fenced_duplicates: list[str] = field(default_factory=list)
+    fenced_refused: int = 0
     receipt_mismatches: list[str] = field(default_factory=list)
     double_accepts: list[str] = field(default_factory=list)
     checkpoint_gaps: list[str] = field(default_factory=list)
@@ -54,12 +58,16 @@ class Findings:
             "failed runs": self.failed,
             "duplicates at the deduplicating target": self.dedup_duplicates,
             "duplicates by one owner at the plain target": self.owner_duplicates,
+            "duplicates at the fencing target": self.fenced_duplicates,
             "ledger receipts that differ from the target": self.receipt_mismatches,
             "double accepts": self.double_accepts,
             "checkpoint gaps": self.checkpoint_gaps,
             "faults never recovered from": self.unrecovered,
         }
-        return [f"{name}: {len(items)}" for name, items in checks.items() if items]
+        found = [f"{name}: {len(items)}" for name, items in checks.items() if items]
+        if not self.faults[FREEZE_IN_EFFECT]:
+            found.append("no process was frozen inside an effect's call")
+        return found
 
 
 def examine(engine: Engine, traffic: Traffic, faults: list[Fault]) -> Findings:
@@ -129,6 +137,10 @@ def _effects(
                 if len(set(tokens)) < len(tokens):
                     where = found.owner_duplicates
                 where.append(f"{run_id} {effect}: fencing tokens {tokens}")
+            kept = [int(t) for t in r.lrange(f"fenced:landed:{run_id}:{effect}", 0, -1)]
+            if len(kept) > 1:
+                found.fenced_duplicates.append(f"{run_id} {effect}: fencing tokens {kept}")
+            found.fenced_refused += r.llen(f"fenced:refused:{run_id}:{effect}")
     for run_id, name, key, status, receipt in ledger:
         if status != "applied":
             continue
@@ -184,6 +196,16 @@ def render(found: Findings, traffic: Traffic, header: str) -> str:
     )
     for item in found.dedup_duplicates + found.zombie_duplicates + found.owner_duplicates:
         lines.append(f"    {item}")
+    lines.append(
+        f"  at a fencing target (refuses a token lower than one it has seen): "
+        f"{len(found.fenced_duplicates)} duplicates, {found.fenced_refused} late calls refused"
+    )
+    for item in found.fenced_duplicates:
+        lines.append(f"    {item}")
+    lines.append(
+        f"  processes frozen inside an effect's call: {found.faults[FREEZE_IN_EFFECT]} "
+        "(each a zombie whose call lands after the run moved on)"
+    )
     lines.append(f"  ledger receipts that differ from the target: {len(found.receipt_mismatches)}")
     for item in found.receipt_mismatches:
         lines.append(f"    {item}")
