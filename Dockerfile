@@ -1,19 +1,19 @@
 # One image for every interlude process of docker-compose.yml: migrate, worker, beat, flower,
-# metrics, web. Dependencies are installed in their own layer, from pyproject.toml alone, so a change
-# to the source rebuilds only the last layers.
-FROM python:3.11-slim
+# metrics, web. Dependencies are installed in their own layer, pinned by deploy/requirements.lock
+# (`make lock`), so a rebuild gets the versions the tests ran with and a change to the source
+# rebuilds only the last layers.
+FROM python:3.11.11-slim
 
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 
 WORKDIR /src
-COPY pyproject.toml ./
-RUN python -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']))" > /tmp/requirements.txt \
-    && pip install --no-cache-dir -r /tmp/requirements.txt \
+COPY deploy/requirements.lock /tmp/requirements.lock
+RUN pip install --no-cache-dir -r /tmp/requirements.lock \
     && useradd --create-home --uid 1000 interlude
 
-COPY README.md beat_schedule.py ./
+COPY pyproject.toml README.md beat_schedule.py ./
 COPY models ./models
 COPY statemachine ./statemachine
 COPY worker ./worker

@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test lint install clean bench chaos docs
+.PHONY: demo test lint install clean bench chaos docs lock
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -43,6 +43,10 @@ SEED ?= 1
 BROKER ?= redis
 chaos: $(BIN)/.installed
 	$(BIN)/python -m bench.chaos --minutes $(MINUTES) --seed $(SEED) --broker $(BROKER)
+
+# The image's pinned packages (deploy/requirements.lock), from this environment's versions.
+lock: $(BIN)/.installed
+	$(BIN)/python deploy/lock.py
 
 clean:
 	rm -rf $(VENV) .interlude *.egg-info site

@@ -24,6 +24,8 @@ from worker.tasknames import (
     TASK_SWEEP,
 )
 
+# Beat ticks at least this often (worker.beat touches its alive file at every tick).
+MAX_TICK_SECONDS = 30.0
 # Seconds a command to Redis (a publish) or a connection to it may take before it fails.
 BROKER_SOCKET_TIMEOUT = 5.0
 
@@ -159,6 +161,9 @@ def create_app(settings: Settings | None = None) -> Celery:
         },
         imports=["worker.tasks"],
         beat_schedule=_beat_schedule(),
+        # Beat's scheduler touches a file at every tick, at least every 30 s: its healthcheck.
+        beat_scheduler="worker.beat:Scheduler",
+        beat_max_loop_interval=MAX_TICK_SECONDS,
         timezone="UTC",
     )
     return celery

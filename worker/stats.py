@@ -224,6 +224,14 @@ def start_metrics_server(
     return server, thread
 
 
+def metrics_text() -> str:
+    """The figures of the whole database in Prometheus' text format, as a scrape would get
+    them (``interlude metrics --once``)."""
+    from prometheus_client import generate_latest
+
+    return generate_latest(metrics_registry()).decode()
+
+
 def serve_metrics(
     port: int, address: str | None = None, on_ready: Callable[[], None] | None = None
 ) -> None:

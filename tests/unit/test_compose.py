@@ -128,7 +128,7 @@ def test_the_image_is_built_once_from_files_the_project_has(compose: dict[str, A
     for source in sources:
         assert (ROOT / source).exists(), f"the Dockerfile copies {source}, which is missing"
     # Dependencies are installed before any source is copied: a code change reuses that layer.
-    assert dockerfile.index("-r /tmp/requirements.txt") < dockerfile.index("COPY models")
+    assert dockerfile.index("-r /tmp/requirements.lock") < dockerfile.index("COPY models")
 
 
 def test_workers_scale_and_report_their_health(compose: dict[str, Any]) -> None:
@@ -145,16 +145,30 @@ def test_a_stopped_worker_is_given_time_to_finish_its_steps(compose: dict[str, A
     assert number * {"s": 1, "m": 60, "h": 3600}[unit] >= 600
 
 
+# Who gets which database role: the processes that write runs get interlude's; the exporter
+# a read-only role of its own; beat and Flower only talk to the broker.
+WRITERS = {"migrate", "worker", "maintenance", "web"}
+READERS = {"metrics": "interlude_metrics"}
+
+
 def test_settings_in_the_stack_are_ones_interlude_reads(compose: dict[str, Any]) -> None:
     known = {f"INTERLUDE_{name.upper()}" for name in Settings.model_fields}
     for name in OUR_SERVICES:
         env = compose["services"][name]["environment"]
         unknown = {key for key in env if key.startswith("INTERLUDE_")} - known
         assert not unknown, f"{name}: interlude does not read {sorted(unknown)}"
-        # The database is the stack's PostgreSQL through psycopg 3, the broker its Redis
-        assert env["INTERLUDE_DATABASE_URL"].startswith("postgresql+psycopg://")
-        assert "@postgres:5432/" in env["INTERLUDE_DATABASE_URL"]
+        # The broker is the stack's Redis
         assert env["INTERLUDE_BROKER_URL"].startswith("redis://redis:6379")
+        # The database, where needed, is the stack's PostgreSQL through psycopg 3
+        url = env.get("INTERLUDE_DATABASE_URL")
+        if name in WRITERS:
+            assert url is not None and url.startswith("postgresql+psycopg://interlude:"), name
+        elif name in READERS:
+            assert url is not None and url.startswith(f"postgresql+psycopg://{READERS[name]}:")
+        else:
+            assert url is None, f"{name} needs no database and gets its password"
+            continue
+        assert "@postgres:5432/" in url
         for module in env["INTERLUDE_FLOWS"].split(","):
             assert (ROOT / Path(*module.split(".")).with_suffix(".py")).is_file(), module
     metrics = compose["services"]["metrics"]
@@ -301,3 +315,63 @@ def test_every_queue_has_a_worker_and_the_maintenance_queue_its_own(
     assert not {"-P", "--pool"} & set(command_of(compose["services"]["worker"]))
     assert queues("maintenance") == {entry["options"]["queue"] for entry in beat_schedule.values()}
     assert not queues("worker") & queues("maintenance")
+
+
+def test_servers_restart_keep_their_data_and_every_image_is_pinned(compose: dict[str, Any]) -> None:
+    services = compose["services"]
+    for name in ("redis", "postgres", *sorted(OUR_SERVICES - {"migrate"})):
+        assert services[name]["restart"] == "unless-stopped", name
+    # Redis keeps its queues across a restart (append-only file on a volume)
+    redis = services["redis"]
+    assert "--appendonly" in redis["command"] and "yes" in redis["command"]
+    assert any(volume.endswith(":/data") for volume in redis["volumes"])
+    # Servers and the image's base at a release, not a moving tag
+    release = re.compile(r":\d+\.\d+(\.\d+)?(-[a-z]+)?$")
+    for name in ("redis", "postgres"):
+        assert release.search(services[name]["image"]), services[name]["image"]
+    base = re.search(r"^FROM\s+(\S+)", (ROOT / "Dockerfile").read_text(), re.M)
+    assert base is not None and release.search(base.group(1)), base
+    # ... and the image's packages pinned, every one the project depends on among them
+    lock = (ROOT / "deploy" / "requirements.lock").read_text().splitlines()
+    pinned = {
+        line.split("==")[0] for line in lock if line and not line.startswith("#") and "==" in line
+    }
+    assert all("==" in line for line in lock if line and not line.startswith("#"))
+    declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    for requirement in declared:
+        name = re.split(r"[\[<>=!~ ]", requirement, maxsplit=1)[0].lower().replace("_", "-")
+        assert name in pinned, requirement
+
+
+def test_every_long_running_process_has_a_healthcheck(compose: dict[str, Any]) -> None:
+    services = compose["services"]
+    for name in sorted(set(services) - {"migrate"}):
+        assert services[name].get("healthcheck", {}).get("test"), name
+    # Beat's reads the alive file its scheduler touches (worker.beat)
+    beat = " ".join(services["beat"]["healthcheck"]["test"])
+    schedule = command_of(services["beat"])[command_of(services["beat"]).index("--schedule") + 1]
+    assert f"{schedule}.alive" in beat
+    assert "/healthcheck" in " ".join(services["flower"]["healthcheck"]["test"])
+    assert ":9808/metrics" in " ".join(services["metrics"]["healthcheck"]["test"])
+
+
+def test_beat_s_healthcheck_fails_on_an_alive_file_gone_stale(
+    compose: dict[str, Any], tmp_path: Path
+) -> None:
+    test = compose["services"]["beat"]["healthcheck"]["test"]
+    assert test[:2] == ["CMD", "python"]
+    schedule = "/home/interlude/celerybeat-schedule"
+    alive = tmp_path / "celerybeat-schedule.alive"
+    argv = [
+        sys.executable,
+        *[part.replace(schedule, str(tmp_path / "celerybeat-schedule")) for part in test[2:]],
+    ]
+
+    def healthy() -> bool:
+        return subprocess.run(argv, capture_output=True, timeout=30).returncode == 0
+
+    assert not healthy()  # beat never ticked
+    alive.touch()
+    assert healthy()
+    os.utime(alive, (0, 0))  # beat stopped ticking long ago
+    assert not healthy()

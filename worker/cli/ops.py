@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -37,9 +38,19 @@ def register(sub: Subparsers, common: Parser) -> None:
     verb(sub, "sweep", _sweep, "apply the expiry policy of every due interrupt, once", common)
     verb(sub, "reap", _reap, "requeue runs of dead workers and republish lost dispatches", common)
     verb(sub, "stats", _stats, "waiting runs, resume outcomes and repeated work", common)
-    metrics = verb(sub, "metrics", _metrics, "serve the statistics as Prometheus metrics (blocks)")
-    metrics.add_argument(
-        "--port", metavar="P", type=port, required=True, help="the port to listen on"
+    metrics = verb(
+        sub,
+        "metrics",
+        _metrics,
+        "serve the statistics as Prometheus metrics (blocks), or print them once (--once)",
+    )
+    served = metrics.add_mutually_exclusive_group(required=True)
+    served.add_argument("--port", metavar="P", type=port, help="the port to listen on")
+    served.add_argument(
+        "--once",
+        action="store_true",
+        help="print the metrics once, in Prometheus' text format, and exit (a scrape without "
+        "a server: cron, a healthcheck, a look at a glance)",
     )
     metrics.add_argument(
         "--host",
@@ -182,6 +193,11 @@ def _stats(args: argparse.Namespace, out: Output) -> int:
 
 def _metrics(args: argparse.Namespace, out: Output) -> int:
     from models.settings import get_settings
+
+    if args.once:
+        text = _function("worker.stats", "metrics_text", "metrics")
+        sys.stdout.write(text())  # many lines, ours: as Prometheus reads them
+        return OK
 
     serve = _function("worker.stats", "serve_metrics", "metrics")
     host = args.host if args.host is not None else get_settings().metrics_host
