@@ -274,4 +274,19 @@ def _story(settings: Settings) -> None:
     say(f"[7] finished: run {run_id} {state} ({run.output['outcome']})")
     say()
     say("Look around (same database):")
-    say(f"  INTERLUDE_DATABASE_URL={settings.database_url} interlude runs show {run_id}")
+    say(f"  INTERLUDE_DATABASE_URL={settings.database_url} {_command()} runs show {run_id}")
+
+
+def _command() -> str:
+    """How to run ``interlude`` from here: by name when it is on the PATH, else by its path
+    (``make demo`` runs it from .venv/bin, which a fresh shell's PATH does not hold)."""
+    import shutil
+
+    installed = Path(sys.executable).parent / "interlude"
+    found = shutil.which("interlude")
+    if found is not None and Path(found).resolve() == installed.resolve():
+        return "interlude"
+    if installed.exists():
+        relative = os.path.relpath(installed)
+        return str(installed) if relative.startswith("..") else relative
+    return "interlude"

@@ -36,6 +36,9 @@ def test_an_idle_worker_and_beat_do_not_log_every_sweep_but_a_pass_that_did_some
     # Then at INFO neither says a word about the passes (some 40 of them)
     assert _lines_about(worker, ROUTINE) == []
     assert _lines_about(beat, ("Sending due task",)) == []
+    # ... and beat's scheduler says it is alive where the compose healthcheck looks
+    alive = tmp_path / "beat-schedule.alive"
+    assert time.time() - alive.stat().st_mtime < 2.0
 
     # When a pass finds something to do (a run queued for a version no worker has, which the
     # reaper publishes again)

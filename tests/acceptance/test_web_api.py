@@ -179,6 +179,11 @@ def test_a_template_submitted_over_http_is_accepted_once(api: Api) -> None:
     assert (attempt.outcome, attempt.payload) == ("accepted", contract)
     assert wait_finished(run_id) == "succeeded"
     assert get_run(run_id).output["comment"] == "ship it"
+    # And the server's log says what became of it, naming the run, the interrupt and the actor
+    logged = f"resume accepted via the API: interrupt {interrupt.id}, actor alice, attempt "
+    assert any(
+        logged in line and f"[run {run_id}" in line for line in api.server.output().splitlines()
+    ), api.server.output()[-2000:]
     # And the same submission again is a duplicate (200) that changes nothing
     again = api.resume(contract, "alice")
     assert again.status_code == 200

@@ -57,7 +57,8 @@ def _check(args: argparse.Namespace, out: Output) -> int:
             }
         )
     elif not refused:
-        out.line(f"ok: every unfinished run can continue here ({len(versions)} flow versions)")
+        count = f"{len(versions)} flow version{'' if len(versions) == 1 else 's'}"
+        out.line(f"ok: every unfinished run can continue here ({count})")
     for found in refused:
         where = f"flow {found.flow!r} version {found.version}"
         if found.stranded:

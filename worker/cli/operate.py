@@ -160,13 +160,15 @@ def _wait(args: argparse.Namespace, out: Output) -> int:
         run = wait_for_run(run_id, timeout=args.timeout)
     except WaitTimeoutError as exc:
         raise CliError(str(exc), WAIT_TIMED_OUT) from None
-    return _finished(out, run.id, run.state, run.error)
+    return _finished(out, run.id, run.state, run.error, run.output)
 
 
-def _finished(out: Output, run_id: str, state: str, error: str | None) -> int:
+def _finished(
+    out: Output, run_id: str, state: str, error: str | None, output: object = None
+) -> int:
     status = RUN_EXIT[RunState(state)]
     if out.as_json:
-        out.json({"id": run_id, "state": state, "error": error, "exit": status})
+        out.json({"id": run_id, "state": state, "error": error, "output": output, "exit": status})
     else:
         out.line(f"run {run_id} {state}" + (f": {error}" if error else ""))
     return status
@@ -236,7 +238,8 @@ def bulk_cancel(args: argparse.Namespace, out: Output) -> int:
     question = f"Cancel {len(selected)} run(s)"
     if args.flow:
         question += f" of flow {args.flow}"
-    confirm(f"{question}?", assume_yes=args.yes, what="cancel")
+    # (Without a terminal the refusal says how many it would have cancelled.)
+    confirm(f"{question}?", assume_yes=args.yes, what=f"cancel {len(selected)} run(s)")
     who = operator(args)
     cancelled, skipped, denied = 0, 0, []
     by = f"{who.actor_type}:{who.actor}"

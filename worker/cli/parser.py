@@ -115,7 +115,8 @@ def verb(
 
 
 def group(sub: Subparsers, name: str, help: str) -> Subparsers:
-    parser = sub.add_parser(name, help=help, description=help)
+    # --json and --wide are taken between the group and its verb too (``runs --json list``).
+    parser = sub.add_parser(name, help=help, description=help, parents=[common_options()])
     nested: Subparsers = parser.add_subparsers(
         dest=f"{name}_command", required=True, metavar="VERB"
     )

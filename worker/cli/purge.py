@@ -4,31 +4,45 @@ that finished before DATE and everything recorded for them."""
 from __future__ import annotations
 
 import argparse
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from worker.cli.exits import OK
+from worker.cli.operate import DURATION, duration
 from worker.cli.output import Output, timestamp
 from worker.cli.parser import Parser, Subparsers, bounded_int, shown, verb
 
 DATE_LIMIT = 40
 MAX_BATCH = 10_000
+# A date up to this far ahead of UTC's clock is "today" somewhere (2026-11-02 typed in Tokyo
+# at 02:00 local): taken as now, every run finished so far. Further ahead is a mistake.
+AHEAD = timedelta(days=1)
 
 
 def finished_before(text: str) -> datetime:
-    """``2026-11-01`` (midnight UTC) or an ISO 8601 time (``2026-11-01T12:00:00Z``; UTC unless
-    an offset says otherwise), not in the future."""
-    problem = f"{shown(text)} is not a date like 2026-11-01 or 2026-11-01T12:00:00Z"
+    """An age (``1h``, ``7d``: that long ago), ``2026-11-01`` (midnight UTC) or an ISO 8601 time
+    (``2026-11-01T12:00:00Z``; UTC unless an offset says otherwise); a moment up to a day
+    ahead is taken as now."""
+    problem = (
+        f"{shown(text)} is not a date like 2026-11-01 or 2026-11-01T12:00:00Z, nor an age "
+        "like 12h or 7d"
+    )
     if len(text) > DATE_LIMIT:
         raise argparse.ArgumentTypeError(problem)
+    now = datetime.now(UTC)
+    if DURATION.match(text) and not text.strip().isdigit():
+        return now - duration(text)
     try:
         moment = datetime.fromisoformat(text.strip())
     except ValueError:
         raise argparse.ArgumentTypeError(problem) from None
     moment = moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
-    if moment > datetime.now(UTC):
-        raise argparse.ArgumentTypeError(f"{shown(text)} is in the future")
+    if moment > now + AHEAD:
+        raise argparse.ArgumentTypeError(
+            f"{shown(text)} is more than a day ahead of now ({now:%Y-%m-%dT%H:%MZ}): no run "
+            "has finished then yet"
+        )
     try:
-        return moment.astimezone(UTC)
+        return min(moment.astimezone(UTC), now)
     except OverflowError:  # 0001-01-01T00:00:00+14:00 is before the first date UTC has
         raise argparse.ArgumentTypeError(problem) from None
 
@@ -52,7 +66,8 @@ def register(sub: Subparsers, common: Parser) -> None:
         metavar="DATE",
         type=finished_before,
         required=True,
-        help="runs that finished before this date or time (UTC unless it has an offset)",
+        help="runs that finished before this date or time (UTC unless it has an offset), "
+        "or this long ago (12h, 7d)",
     )
     parser.add_argument("--yes", action="store_true", help="delete (without it: count only)")
     parser.add_argument(

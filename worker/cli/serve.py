@@ -52,7 +52,10 @@ def _serve(args: argparse.Namespace, out: Output) -> int:
     except OSError as exc:
         raise CliError(f"cannot serve on {where}: {exc.strerror or exc}", FAILURE) from None
     # interlude's own records (resume outcomes, throttling) next to uvicorn's access log.
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s:     %(name)s: %(message)s")
+    # (force: the command's stderr handler, at WARNING, would keep them out.)
+    logging.basicConfig(
+        level=logging.INFO, format="%(levelname)s:     %(name)s: %(message)s", force=True
+    )
     runlog.install()
     app = create_app(settings)
     if out.as_json:

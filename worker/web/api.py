@@ -40,7 +40,7 @@ from worker.step_history import StepView, list_steps
 from worker.web.auth import ACTOR_HEADER, authenticated, client_of
 from worker.web.binding import contract_for
 from worker.web.bodies import read_capped
-from worker.web.outcomes import STATUS, status_of
+from worker.web.outcomes import STATUS, log_resume, status_of
 from worker.web.state import web_state
 from worker.web.throttle import Throttled
 
@@ -239,6 +239,7 @@ async def resume(
         return throttled_response(throttled)
     credential = credentials.credentials if credentials else ""
     result = await run_in_threadpool(submit_resume, contract, credential)
+    log_resume(result, actor=actor_id, via="the API")
     if result.outcome is not ResumeOutcome.ACCEPTED:
         await run_in_threadpool(limiter.refused, client, actor_key)
     headers = {"WWW-Authenticate": "Bearer"} if result.outcome == "unauthenticated" else None

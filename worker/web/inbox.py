@@ -35,7 +35,7 @@ from worker.web.auth import authenticated, client_of
 from worker.web.binding import CONTRACT_LIFETIME, new_key
 from worker.web.bodies import FormRefused, form_of
 from worker.web.forms import ARGS_PREFIX, args_schema_of, fields_of, input_from_form
-from worker.web.outcomes import UNCONFIRMED, headline_of, status_of
+from worker.web.outcomes import UNCONFIRMED, headline_of, log_resume, status_of
 from worker.web.sessions import COOKIE, SessionData
 from worker.web.state import web_state
 
@@ -338,6 +338,7 @@ def _answer(
     }
     assert visitor.credential is not None
     result = submit_resume(contract, visitor.credential)
+    log_resume(result, actor=visitor.session.actor_id, via="the inbox")
     if result.outcome is not ResumeOutcome.ACCEPTED:
         web_state(request).limiter.refused(client, visitor.session.actor_id)
     context = {"visitor": visitor, "interrupt": interrupt, "result": result, "pretty": _pretty}

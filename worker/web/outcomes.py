@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import logging
+
+from models.contracts import ResumeResult
 from models.enums import ResumeOutcome
+
+log = logging.getLogger(__name__)
 
 STATUS = {
     ResumeOutcome.ACCEPTED: 202,
@@ -57,3 +62,20 @@ def status_of(outcome: ResumeOutcome) -> int:
 
 def headline_of(outcome: ResumeOutcome) -> str:
     return HEADLINE.get(outcome, f"Refused: {outcome.value}.")
+
+
+def log_resume(result: ResumeResult, *, actor: object, via: str) -> None:
+    """One line per answer the server took, beside uvicorn's access line (which names neither
+    run nor outcome): outcome, run, interrupt, the actor as the contract names it (escaped by
+    the log's filter; an unauthenticated one is only a claim) and the recorded attempt."""
+    refused = "" if result.accepted else f": {result.reason}"
+    log.info(
+        "resume %s via %s: interrupt %s, actor %s, attempt %s%s",
+        result.outcome.value,
+        via,
+        result.interrupt_id or "-",
+        actor if isinstance(actor, str) else "-",
+        result.attempt_id,
+        refused,
+        extra={"action": "resume", "run_id": result.run_id},
+    )
