@@ -77,7 +77,15 @@ def test_retry_wait_follow_and_bulk_cancel(
     assert "run failed for good: step attempt" in log
     assert followed.status == 0, followed.stderr
     assert f"run {run_id} succeeded" in followed.stdout
-    assert waited == {"id": run_id, "state": "succeeded", "error": None, "exit": 0}
+    output = get_run(run_id).output
+    assert output is not None  # runs wait --json carries the run's output
+    assert waited == {
+        "id": run_id,
+        "state": "succeeded",
+        "error": None,
+        "output": output,
+        "exit": 0,
+    }
     story = cli.json("runs", "show", run_id)["events"]
     restart = [e for e in story if e["trigger"] == "restart"]
     assert [(e["actor"], e["from_state"], e["to_state"]) for e in restart] == [
