@@ -96,7 +96,9 @@ class Settings(BaseSettings):
 
     database_url: str = DEFAULT_DATABASE_URL
     """SQLAlchemy URL of the database: `postgresql://…` or `postgres://…` (psycopg 3), or
-    `sqlite:///file.db`. The default is the embedded SQLite file in `.interlude/`."""
+    `sqlite:///file.db`. The default is the embedded SQLite file in `.interlude/` of the folder
+    the process runs in; left unset, every command (but `demo`) and worker says so on one line
+    with that file's full path."""
     tracing: bool = False
     """OpenTelemetry spans for steps and answers (the `tracing` extra; worker.tracing): one run
     is one trace, across its waits."""
