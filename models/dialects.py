@@ -118,29 +118,44 @@ class Dialect:
     def built(self, statement: Statement, shape: tuple[Any, ...] = ()) -> Any:
         """``statement`` in ``shape`` as SQLAlchemy builds it for this dialect, built once:
         for what must run through the session (ORM rows, a lock with ``readable_rows``)."""
-        return self.shapes.get((statement.name, shape), lambda: statement.build(self, *shape))
+        key = (statement.name, shape)
+        found = self.shapes.kept.get(key)
+        if found is None:
+            found = self.shapes.get(key, lambda: statement.build(self, *shape))
+        return found
 
     def run(
         self, session: Scope, statement: Statement, shape: tuple[Any, ...], params: dict[str, Any]
     ) -> Any:
-        """``statement`` in ``shape`` (built on first use) executed with ``params``."""
-        return self._run(
-            session, (statement.name, shape), lambda: statement.build(self, *shape), params
-        )
+        """``statement`` in ``shape`` (built on first use) executed with ``params``.
+
+        On psycopg, as compiled once for the driver (``models.driver``); a statement that
+        cannot be (a list given at execution) runs through SQLAlchemy. Only for Core
+        statements: the rows come back as tuples, not ORM objects.
+        """
+        key = (statement.name, shape)
+        prepared = self.prepared.kept.get(key)
+        if prepared is None:
+            prepared = self._prepare(session, key, lambda: statement.build(self, *shape))
+        if isinstance(prepared, DriverStatement):
+            return prepared.execute(session, params)
+        return session.execute(prepared, params)
 
     def _run(
         self, session: Scope, key: Hashable, build: Callable[[], Any], params: dict[str, Any]
     ) -> Any:
-        """The statement kept under ``key`` (``build()`` on first use) executed with ``params``.
-
-        On psycopg, as compiled once for the driver (``models.driver``); a statement that
-        cannot be (none of ours, so far) runs through SQLAlchemy. Only for Core statements:
-        the rows come back as tuples, not ORM objects.
-        """
-        prepared = self.prepared.get(key, lambda: _for_driver(build(), session))
+        """The statement kept under ``key`` (``build()`` on first use) executed with ``params``
+        (a write alone, or several in one statement)."""
+        prepared = self.prepared.kept.get(key)
+        if prepared is None:
+            prepared = self._prepare(session, key, build)
         if isinstance(prepared, DriverStatement):
             return prepared.execute(session, params)
         return session.execute(prepared, params)
+
+    def _prepare(self, session: Scope, key: Hashable, build: Callable[[], Any]) -> Any:
+        """The statement of ``key`` as it is executed, built and kept on first use."""
+        return self.prepared.get(key, lambda: _for_driver(build(), session))
 
     def compiler(self) -> SQLDialect:
         """SQLAlchemy's dialect for this database with named binds (``:name``), to read
@@ -352,10 +367,8 @@ class SQLiteDialect(Dialect):
     autocommits_without_session = False  # its writes take the lock in BEGIN IMMEDIATE
 
     # In-process, SQLAlchemy's own execution is what there is to save little against.
-    def _run(
-        self, session: Scope, key: Hashable, build: Callable[[], Any], params: dict[str, Any]
-    ) -> Any:
-        return session.execute(self.prepared.get(key, build), params)
+    def _prepare(self, session: Scope, key: Hashable, build: Callable[[], Any]) -> Any:
+        return self.prepared.get(key, build)
 
     def compiler(self) -> SQLDialect:
         return sqlite.dialect(paramstyle="named")

@@ -161,17 +161,18 @@ class Shapes:
     builds one twice). Names are unique (``Registry``), so no two statements share a key."""
 
     def __init__(self) -> None:
-        self._built: dict[Hashable, Any] = {}
+        # What is built, by key: read it directly on the hot path (no call, no closure made).
+        self.kept: dict[Hashable, Any] = {}
         self._lock = threading.Lock()
 
     def get(self, key: Hashable, build: Callable[[], Any]) -> Any:
-        found = self._built.get(key)
+        found = self.kept.get(key)
         if found is None:
             found = build()
             with self._lock:
-                if len(self._built) >= MAX_SHAPES:
-                    self._built.clear()
-                self._built[key] = found
+                if len(self.kept) >= MAX_SHAPES:
+                    self.kept.clear()
+                self.kept[key] = found
         return found
 
 
