@@ -554,8 +554,15 @@ def held_roles(session: Session) -> set[str]:
 
     Read whole and matched here: roles are a JSON list, queried alike on neither database.
     """
-    rows = session.execute(select(ACTORS.c.roles).where(ACTORS.c.revoked_at.is_(None)))
+    rows = session.execute(dialect(session).built(ACTOR_HELD_ROLES))
     return {role for (roles,) in rows for role in roles or [] if isinstance(role, str)}
+
+
+@named("actor.held_roles")
+def ACTOR_HELD_ROLES(d: Dialect) -> Any:
+    """Read the roles of every active actor (``held_roles``: the expiry sweep, to escalate
+    only to roles someone holds)."""
+    return select(ACTORS.c.roles).where(ACTORS.c.revoked_at.is_(None))
 
 
 def insert_attempt(session: Session, **values: Any) -> int:

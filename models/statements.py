@@ -41,8 +41,6 @@ ALONE = "s_"
 # What a statement may be named: a family and a verb, ``run.claim_at_once``.
 NAME = re.compile(r"[a-z][a-z_]*\.[a-z][a-z_]*")
 
-F = TypeVar("F", bound=Callable[..., Any])
-
 
 @dataclass(frozen=True, eq=False)
 class Statement:
@@ -62,10 +60,6 @@ class Statement:
     ride: bool
     only: str | None
     module: str
-
-    def key(self, shape: tuple[Any, ...]) -> tuple[str, tuple[Any, ...]]:
-        """What a built form of this statement is kept under: its name and its shape."""
-        return (self.name, shape)
 
     def __repr__(self) -> str:
         return f"<statement {self.name}>"
