@@ -258,7 +258,8 @@ def render() -> str:
         " interrupt by id) and `session.add` (a superseding or re-asked interrupt, a kept"
         " event), and the"
         " operators' listings and statistics (`models.queries`, `models.operator_queries`,"
-        " `models.inbox_queries`, `models.retention`) and actor administration"
+        " `models.inbox_queries`, `models.retention`), an operator's fork (`models.forks`)"
+        " and actor administration"
         " (`models.actors`), which are not the engine's.",
         "",
         f"Refresh after changing a statement: `{REFRESH}` (a unit test fails while this page"
