@@ -9,6 +9,8 @@ from sqlalchemy import Table, bindparam, insert, select, update
 from sqlalchemy.orm import Session
 
 from models.db import dialect, utcnow
+from models.dialects import Dialect
+from models.statements import named
 from models.tables import Actor, from_row
 
 ACTORS: Table = Actor.__table__  # type: ignore[assignment]
@@ -31,14 +33,17 @@ def insert_actor(
 
 def get_actor(session: Session, actor_id: str, *, for_decision: bool = False) -> Actor | None:
     """The actor row; ``for_decision`` keeps it from changing (a revoke) until commit."""
-    strategy = dialect(session)
-
-    def build() -> Any:
-        query = select(*ACTORS.c).where(ACTORS.c.id == bindparam("actor_id"))
-        return strategy.lock_shared(query) if for_decision else query
-
-    found = strategy.run(session, ("actor", for_decision), build, {"actor_id": actor_id}).first()
+    params = {"actor_id": actor_id}
+    found = dialect(session).run(session, ACTOR_GET, (for_decision,), params).first()
     return None if found is None else from_row(Actor, found)
+
+
+@named("actor.get", shapes=((False,), (True,)))
+def ACTOR_GET(d: Dialect, for_decision: bool) -> Any:
+    """Read an actor; ``for_decision``, locked for share until commit, so that a revoke
+    cannot slip in (``get_actor``: the gateway, the web sign-in, the CLI)."""
+    query = select(*ACTORS.c).where(ACTORS.c.id == bindparam("actor_id"))
+    return d.lock_shared(query) if for_decision else query
 
 
 def revoke(session: Session, actor_id: str, at: datetime) -> bool:

@@ -222,9 +222,11 @@ def _forget_after_fork() -> None:
 os.register_at_fork(after_in_child=_forget_after_fork)
 
 
-def readable_rows(session: Session, query: Select[Any]) -> tuple[list[Any], dict[str, str]]:
-    """The ORM rows ``query`` selects (of one entity with an ``id``), and the ids of those it
-    could not read, each with why.
+def readable_rows(
+    session: Session, query: Select[Any], params: dict[str, Any] | None = None
+) -> tuple[list[Any], dict[str, str]]:
+    """The ORM rows ``query`` selects with ``params`` (of one entity with an ``id``), and the
+    ids of those it could not read, each with why.
 
     SQLite keeps JSON as text, which a hand edit can break; one such row must not stop a
     sweep or a reaper pass that meets it among others. Read at once, as usual; only if that
@@ -232,13 +234,13 @@ def readable_rows(session: Session, query: Select[Any]) -> tuple[list[Any], dict
     transaction is still good after the error.)
     """
     try:
-        return list(session.execute(query).scalars()), {}
+        return list(session.execute(query, params).scalars()), {}
     except ValueError:  # json.JSONDecodeError, from a column's result processing
         pass
     entity = query.column_descriptions[0]["entity"]
     rows: list[Any] = []
     unreadable: dict[str, str] = {}
-    for row_id in session.execute(query.with_only_columns(entity.id)).scalars().all():
+    for row_id in session.execute(query.with_only_columns(entity.id), params).scalars().all():
         try:
             rows.append(session.get(entity, row_id, populate_existing=True))
         except ValueError as exc:

@@ -34,7 +34,7 @@ from sqlalchemy import (
     true,
 )
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.dialects.postgresql import JSONB, psycopg
 from sqlalchemy.engine import URL, CursorResult, make_url
 from sqlalchemy.engine import Dialect as SQLDialect
 from sqlalchemy.exc import DisconnectionError
@@ -45,7 +45,7 @@ from models.db_errors import NO_DATABASE_FILE
 from models.driver import DriverStatement, NotForDriver
 from models.errors import ConfigurationError
 from models.scope import Scope
-from models.statements import Shapes, Write, insert_row, param
+from models.statements import ALONE, Shapes, Statement, Write, insert_row, param
 
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 # A pooled PostgreSQL connection unused for this long is pinged before it is handed out (a
@@ -112,21 +112,56 @@ class Dialect:
     autocommits_without_session = True
 
     def __init__(self) -> None:
-        self.shapes = Shapes()
+        self.shapes = Shapes()  # as SQLAlchemy builds them (``built``)
+        self.prepared = Shapes()  # as they are executed (``run``): for psycopg, on PostgreSQL
+
+    def built(self, statement: Statement, shape: tuple[Any, ...] = ()) -> Any:
+        """``statement`` in ``shape`` as SQLAlchemy builds it for this dialect, built once:
+        for what must run through the session (ORM rows, a lock with ``readable_rows``)."""
+        key = (statement.name, shape)
+        found = self.shapes.kept.get(key)
+        if found is None:
+            found = self.shapes.get(key, lambda: statement.build(self, *shape))
+        return found
 
     def run(
-        self, session: Scope, shape: Hashable, build: Callable[[], Any], params: dict[str, Any]
+        self, session: Scope, statement: Statement, shape: tuple[Any, ...], params: dict[str, Any]
     ) -> Any:
-        """The statement of ``shape`` (``build()`` on first use) executed with ``params``.
+        """``statement`` in ``shape`` (built on first use) executed with ``params``.
 
         On psycopg, as compiled once for the driver (``models.driver``); a statement that
-        cannot be (none of ours, so far) runs through SQLAlchemy. Only for Core statements:
-        the rows come back as tuples, not ORM objects.
+        cannot be (a list given at execution) runs through SQLAlchemy. Only for Core
+        statements: the rows come back as tuples, not ORM objects.
         """
-        prepared = self.shapes.get(shape, lambda: _for_driver(build(), session))
+        key = (statement.name, shape)
+        prepared = self.prepared.kept.get(key)
+        if prepared is None:
+            prepared = self._prepare(session, key, lambda: statement.build(self, *shape))
         if isinstance(prepared, DriverStatement):
             return prepared.execute(session, params)
         return session.execute(prepared, params)
+
+    def _run(
+        self, session: Scope, key: Hashable, build: Callable[[], Any], params: dict[str, Any]
+    ) -> Any:
+        """The statement kept under ``key`` (``build()`` on first use) executed with ``params``
+        (a write alone, or several in one statement)."""
+        prepared = self.prepared.kept.get(key)
+        if prepared is None:
+            prepared = self._prepare(session, key, build)
+        if isinstance(prepared, DriverStatement):
+            return prepared.execute(session, params)
+        return session.execute(prepared, params)
+
+    def _prepare(self, session: Scope, key: Hashable, build: Callable[[], Any]) -> Any:
+        """The statement of ``key`` as it is executed, built and kept on first use."""
+        return self.prepared.get(key, lambda: _for_driver(build(), session))
+
+    def compiler(self) -> SQLDialect:
+        """SQLAlchemy's dialect for this database with named binds (``:name``), to read
+        statements by (``models.sql_reference``): psycopg's, the driver we ship, whose
+        statements carry the casts it sends."""
+        return psycopg.dialect(paramstyle="named")  # type: ignore[no-untyped-call]
 
     def create(self, url: URL, pool_size: int, *, create: bool = False) -> Engine:
         """An engine for ``url``; ``create``: the database may be created (SQLite's file)."""
@@ -171,37 +206,53 @@ class Dialect:
         return postgresql.insert(table).on_conflict_do_nothing(index_elements=list(key))
 
     def insert_rows(
-        self, table: Table, common: dict[str, Any], rows: Sequence[dict[str, Any]]
+        self, statement: Statement, common: dict[str, Any], rows: Sequence[dict[str, Any]]
     ) -> list[Write]:
-        """INSERTs of ``rows`` into ``table``, in their order, each with the ``common`` values.
-
-        One statement whatever the number of rows: the rows travel as one JSON parameter and
-        are inserted in the order given (ids in that order too). (A multi-row VALUES would be
-        compiled again at every execution.) The values of ``rows`` must be JSON; the columns
-        they fill are text or JSON.
-        """
+        """The writes of ``statement`` (built by ``rows_insert``) inserting ``rows``, in their
+        order, each with the ``common`` values: one statement whatever the number of rows,
+        the rows travelling as one JSON parameter (a multi-row VALUES would be compiled
+        again at every execution). The values of ``rows`` must be JSON."""
         if not rows:
             return []
-        keys, commons = tuple(rows[0]), tuple(common)
-
-        def build(prefix: str, guard: FromClause | None) -> UpdateBase:
-            columns: list[Any] = [column("i", Integer)]
-            for k in keys:
-                columns.append(column(k, JSONB() if isinstance(table.c[k].type, JSON) else Text()))
-            given = (
-                func.jsonb_to_recordset(bindparam(prefix + "rows", type_=JSONB))
-                .table_valued(*columns)
-                .render_derived(name=f"{table.name}_given", with_types=True)
-            )
-            fixed = [param(table, k, prefix + k) for k in commons]
-            query = select(*fixed, *(given.c[k] for k in keys)).order_by(given.c.i)
-            if guard is not None:  # (one row or none: the guard is a compare-and-set of one)
-                query = query.select_from(given.join(guard, true()))
-            return insert(table).from_select([*commons, *keys], query)
-
         numbered = [{"i": i, **row} for i, row in enumerate(rows)]
-        shape = ("rows", table.name, commons, keys)
-        return [Write(shape, build, {**common, "rows": numbered})]
+        return [Write(statement, (tuple(common), tuple(rows[0])), {**common, "rows": numbered})]
+
+    def rows_insert(
+        self,
+        table: Table,
+        prefix: str,
+        guard: FromClause | None,
+        common: tuple[str, ...],
+        keys: tuple[str, ...],
+    ) -> UpdateBase:
+        """The INSERT of ``insert_rows``: ``common`` columns from parameters, ``keys`` (text
+        or JSON columns) from each row of parameter ``rows``, ids in the rows' order."""
+        columns: list[Any] = [column("i", Integer)]
+        for k in keys:
+            columns.append(column(k, JSONB() if isinstance(table.c[k].type, JSON) else Text()))
+        given = self.json_records(prefix + "rows", columns, f"{table.name}_given")
+        fixed = [param(table, k, prefix + k) for k in common]
+        query = select(*fixed, *(given.c[k] for k in keys)).order_by(given.c.i)
+        if guard is not None:  # (one row or none: the guard is a compare-and-set of one)
+            query = query.select_from(given.join(guard, true()))
+        return insert(table).from_select([*common, *keys], query)
+
+    def json_records(self, name: str, columns: Sequence[Any], alias: str) -> FromClause:
+        """Parameter ``name`` (a JSON list of objects) as a table of ``columns``, named
+        ``alias``: one statement takes any number of rows."""
+        return (
+            func.jsonb_to_recordset(bindparam(name, type_=JSONB))
+            .table_valued(*columns)
+            .render_derived(name=alias, with_types=True)
+        )
+
+    def seconds_after(self, timestamp: Any, seconds: Any) -> Any:
+        """``timestamp`` plus ``seconds`` (a number in SQL), a timestamp."""
+        return timestamp + func.make_interval(0, 0, 0, 0, 0, 0, seconds)
+
+    def json_object(self, *pairs: Any) -> Any:
+        """A JSON object built in SQL from ``key, value, key, value...``."""
+        return func.jsonb_build_object(*pairs)
 
     def execute_with(self, session: Scope, statement: Write, writes: Sequence[Write]) -> Any:
         """``statement`` together with ``writes`` (inserts and updates of other tables).
@@ -234,35 +285,37 @@ class Dialect:
         self, session: Scope, statement: Write, writes: Sequence[Write], then: Write | None
     ) -> Any:
         count_write(session)
-        shape: tuple[Any, ...] = ("with", statement.shape, tuple(w.shape for w in writes))
+        key: tuple[Any, ...] = ("with", statement.key, tuple(w.key for w in writes))
         if then is not None:
-            shape += (then.shape,)
-
-        def compose() -> Any:
-            main = statement.build("m_", None)
-            if not writes:
-                return main
-            if not len(main.exported_columns):  # nothing to guard on (a plain INSERT)
-                if then is not None:
-                    raise ValueError("a chain starts with a compare-and-set returning its row")
-                return main.add_cte(
-                    *(w.build(f"w{i}_", None).cte(f"w{i}") for i, w in enumerate(writes))
-                )
-            moved = main.cte("m")
-            guarded = [w.build(f"w{i}_", moved).cte(f"w{i}") for i, w in enumerate(writes)]
-            columns: list[Any] = list(moved.c)
-            if then is not None:
-                last = then.build("t_", guarded[-1]).cte("t")
-                guarded.append(last)
-                columns.append(select(*last.c).scalar_subquery().label("then"))
-            return select(*columns).add_cte(*guarded)
+            key += (then.key,)
 
         params = statement.bound("m_")
         for i, write in enumerate(writes):
             params.update(write.bound(f"w{i}_"))
         if then is not None:
             params.update(then.bound("t_"))
-        return self.run(session, shape, compose, params)
+        return self._run(session, key, lambda: self.compose(statement, writes, then), params)
+
+    def compose(self, statement: Write, writes: Sequence[Write], then: Write | None) -> Any:
+        """The one statement of ``execute_with`` / ``execute_chain``: ``writes`` (and ``then``)
+        as data-modifying CTEs of ``statement``, guarded on its rows if it returns any."""
+        main = statement.build(self, "m_", None)
+        if not writes:
+            return main
+        if not len(main.exported_columns):  # nothing to guard on (a plain INSERT)
+            if then is not None:
+                raise ValueError("a chain starts with a compare-and-set returning its row")
+            return main.add_cte(
+                *(w.build(self, f"w{i}_", None).cte(f"w{i}") for i, w in enumerate(writes))
+            )
+        moved = main.cte("m")
+        guarded = [w.build(self, f"w{i}_", moved).cte(f"w{i}") for i, w in enumerate(writes)]
+        columns: list[Any] = list(moved.c)
+        if then is not None:
+            last = then.build(self, "t_", guarded[-1]).cte("t")
+            guarded.append(last)
+            columns.append(select(*last.c).scalar_subquery().label("then"))
+        return select(*columns).add_cte(*guarded)
 
     def execute(self, session: Scope, write: Write) -> Any:
         """One write on its own, its statement built once for its shape."""
@@ -270,9 +323,8 @@ class Dialect:
         return self._execute_one(session, write)
 
     def _execute_one(self, session: Scope, write: Write) -> Any:
-        # (A prefix all the same: a parameter named as its column is reserved in VALUES/SET.)
-        return self.run(
-            session, ("one", write.shape), lambda: write.build("s_", None), write.bound("s_")
+        return self._run(
+            session, write.key, lambda: write.build(self, ALONE, None), write.bound(ALONE)
         )
 
 
@@ -315,10 +367,11 @@ class SQLiteDialect(Dialect):
     autocommits_without_session = False  # its writes take the lock in BEGIN IMMEDIATE
 
     # In-process, SQLAlchemy's own execution is what there is to save little against.
-    def run(
-        self, session: Scope, shape: Hashable, build: Callable[[], Any], params: dict[str, Any]
-    ) -> Any:
-        return session.execute(self.shapes.get(shape, build), params)
+    def _prepare(self, session: Scope, key: Hashable, build: Callable[[], Any]) -> Any:
+        return self.prepared.get(key, build)
+
+    def compiler(self) -> SQLDialect:
+        return sqlite.dialect(paramstyle="named")
 
     def create(self, url: URL, pool_size: int, *, create: bool = False) -> Engine:
         on_disk = bool(url.database) and url.database != ":memory:"
@@ -354,16 +407,32 @@ class SQLiteDialect(Dialect):
 
     # In-process: one single-row INSERT per row, executed in order.
     def insert_rows(
-        self, table: Table, common: dict[str, Any], rows: Sequence[dict[str, Any]]
+        self, statement: Statement, common: dict[str, Any], rows: Sequence[dict[str, Any]]
     ) -> list[Write]:
         if not rows:
             return []
-        columns = (*common, *rows[0])
+        shape = (tuple(common), tuple(rows[0]))
+        return [Write(statement, shape, {**common, **row}) for row in rows]
 
-        def build(prefix: str, guard: FromClause | None) -> UpdateBase:
-            return insert_row(insert(table), table, columns, prefix, guard)
+    def rows_insert(
+        self,
+        table: Table,
+        prefix: str,
+        guard: FromClause | None,
+        common: tuple[str, ...],
+        keys: tuple[str, ...],
+    ) -> UpdateBase:
+        return insert_row(insert(table), table, (*common, *keys), prefix, guard)
 
-        return [Write(("row", table.name, columns), build, {**common, **row}) for row in rows]
+    # Only the one-statement claim uses these, and SQLite claims the long way.
+    def json_records(self, name: str, columns: Sequence[Any], alias: str) -> FromClause:
+        raise NotImplementedError("json_records: PostgreSQL only (SQLite claims the long way)")
+
+    def seconds_after(self, timestamp: Any, seconds: Any) -> Any:
+        raise NotImplementedError("seconds_after: PostgreSQL only (SQLite claims the long way)")
+
+    def json_object(self, *pairs: Any) -> Any:
+        raise NotImplementedError("json_object: PostgreSQL only (SQLite claims the long way)")
 
     # SQLite has no data-modifying CTEs; it is in-process, so a round trip costs little.
     def execute_chain(

@@ -1,5 +1,10 @@
 """The hot path's statements executed on psycopg itself, compiled once (PostgreSQL only).
 
+This is a fast path for the named statements of ``models.statements``, not a second way to
+write SQL: it compiles what their builders build, and sends nothing else; the text it sends
+is the PostgreSQL text of ``docs/reference/sql.md`` with ``%(name)s`` for ``:name``
+(``tests/unit/test_sql_reference.py`` holds the two equal).
+
 A statement of the step and resume paths is built once per shape (``models.statements``), but
 SQLAlchemy still spends about 80 µs of CPU on each execution of it (its cache key, the
 compiled-cache lookup, an execution context, the result's objects), more than psycopg's own

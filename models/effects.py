@@ -17,11 +17,12 @@ from sqlalchemy.sql import FromClause
 from sqlalchemy.sql.dml import UpdateBase
 
 from models.db import dialect, utcnow
+from models.dialects import Dialect
 from models.enums import EffectStatus, RunState
 from models.errors import FencedError
 from models.runs import RUNS, assert_owner
 from models.scope import Scope
-from models.statements import Write, only_if, param, row_values
+from models.statements import Write, named, only_if, param, row_values
 from models.tables import Effect
 
 EFFECTS: Table = Effect.__table__  # type: ignore[assignment]
@@ -39,26 +40,31 @@ class LedgerEntry:
 
 
 def load_ledger(session: Scope, run_id: str) -> dict[str, LedgerEntry]:
-    rows = session.execute(
-        select(
-            Effect.idempotency_key,
-            Effect.name,
-            Effect.status,
-            Effect.receipt,
-            Effect.epoch,
-            Effect.request_hash,
-        ).where(Effect.run_id == run_id)
-    ).all()
+    rows = dialect(session).run(session, EFFECT_LEDGER, (), {"run_id": run_id}).all()
     return {r[0]: LedgerEntry(*r) for r in rows}
 
 
-def _owned(session: Scope, run_id: str, epoch: int) -> Any:
+@named("effect.ledger")
+def EFFECT_LEDGER(d: Dialect) -> Any:
+    """Read a run's effects: key, name, status, receipt, epoch, request hash (``load_ledger``:
+    a step whose run has unsettled effects, at its claim; ``ctx.effect`` at its first call)."""
+    return select(
+        EFFECTS.c.idempotency_key,
+        EFFECTS.c.name,
+        EFFECTS.c.status,
+        EFFECTS.c.receipt,
+        EFFECTS.c.epoch,
+        EFFECTS.c.request_hash,
+    ).where(EFFECTS.c.run_id == bindparam("run_id"))
+
+
+def _owned(d: Dialect, run_id: Any, epoch: Any) -> Any:
     """``EXISTS``: the run still runs under ``epoch``; the row is held until commit, so a
     reclaim cannot slip in between this write and its commit."""
     fence = select(RUNS.c.id).where(
         RUNS.c.id == run_id, RUNS.c.lease_epoch == epoch, RUNS.c.state == RunState.RUNNING
     )
-    return sql_exists(dialect(session).lock_shared(fence))
+    return sql_exists(d.lock_shared(fence))
 
 
 def record_intent(
@@ -82,22 +88,14 @@ def record_intent(
     """
     now = utcnow()
     if exists:
-        result = session.execute(
-            update(EFFECTS)
-            .where(
-                EFFECTS.c.idempotency_key == key,
-                EFFECTS.c.run_id == run_id,
-                _owned(session, run_id, epoch),
-            )
-            .values(
-                status=EffectStatus.INTENT.value,
-                epoch=epoch,
-                request_hash=request_hash,
-                error=None,
-                updated_at=now,
-            )
-        )
-        if result.rowcount != 1:  # type: ignore[attr-defined]
+        params = {
+            "of_key": key,
+            "of_run": run_id,
+            "held_epoch": epoch,
+            "new_request_hash": request_hash,
+            "now": now,
+        }
+        if dialect(session).run(session, EFFECT_INTENT_AGAIN, (), params).rowcount != 1:
             raise FencedError(run_id=run_id, epoch=epoch)
         return True
     values: dict[str, Any] = {
@@ -111,29 +109,53 @@ def record_intent(
         "created_at": now,
         "updated_at": now,
     }
-    strategy = dialect(session)
-
-    def build(prefix: str, guard: FromClause | None) -> Any:
-        row = select(*(param(EFFECTS, k, f"{prefix}new_{k}") for k in INTENT_COLUMNS))
-        fence = strategy.lock_shared(
-            select(RUNS.c.id).where(
-                RUNS.c.id == bindparam(f"{prefix}new_run_id"),
-                RUNS.c.lease_epoch == bindparam(f"{prefix}new_epoch"),
-                RUNS.c.state == RunState.RUNNING,
-            )
-        )
-        row = row.where(sql_exists(fence))
-        if guard is not None:
-            row = row.select_from(guard)
-        return (
-            strategy.insert_unless_present(EFFECTS, "idempotency_key")
-            .from_select(list(INTENT_COLUMNS), row)
-            .returning(EFFECTS.c.id)
-        )
-
-    intent = Write(("intent",), build, {f"new_{k}": v for k, v in values.items()})
-    written = strategy.execute_with(session, intent, [renew] if renew is not None else [])
+    intent = Write(EFFECT_INTENT, (), {f"new_{k}": v for k, v in values.items()})
+    written = dialect(session).execute_with(session, intent, [renew] if renew is not None else [])
     return written.first() is not None
+
+
+@named("effect.intent", ride=True)
+def EFFECT_INTENT(d: Dialect, prefix: str, guard: FromClause | None) -> UpdateBase:
+    """Record a new effect key in ``intent`` unless it is taken, only while the run runs
+    under the writer's epoch, returning its id; the lease renewal rides along
+    (``record_intent``: ``ctx.effect`` before it calls ``fn``)."""
+    row = select(*(param(EFFECTS, k, f"{prefix}new_{k}") for k in INTENT_COLUMNS))
+    fence = d.lock_shared(
+        select(RUNS.c.id).where(
+            RUNS.c.id == bindparam(f"{prefix}new_run_id"),
+            RUNS.c.lease_epoch == bindparam(f"{prefix}new_epoch"),
+            RUNS.c.state == RunState.RUNNING,
+        )
+    )
+    row = row.where(sql_exists(fence))
+    if guard is not None:
+        row = row.select_from(guard)
+    return (
+        d.insert_unless_present(EFFECTS, "idempotency_key")
+        .from_select(list(INTENT_COLUMNS), row)
+        .returning(EFFECTS.c.id)
+    )
+
+
+@named("effect.intent_again")
+def EFFECT_INTENT_AGAIN(d: Dialect) -> Any:
+    """Set a known effect of a run back to ``intent``, only while the run runs under the
+    writer's epoch (``record_intent``: ``ctx.effect`` calling again after "not applied")."""
+    return (
+        update(EFFECTS)
+        .where(
+            EFFECTS.c.idempotency_key == bindparam("of_key"),
+            EFFECTS.c.run_id == bindparam("of_run"),
+            _owned(d, bindparam("of_run"), bindparam("held_epoch")),
+        )
+        .values(
+            status=EffectStatus.INTENT.value,
+            epoch=bindparam("held_epoch"),
+            request_hash=bindparam("new_request_hash"),
+            error=None,
+            updated_at=bindparam("now", type_=EFFECTS.c.updated_at.type),
+        )
+    )
 
 
 INTENT_COLUMNS = (
@@ -151,8 +173,15 @@ INTENT_COLUMNS = (
 
 def key_owner(session: Session, key: str) -> str | None:
     """The run that holds effect key ``key``, if any."""
-    found = session.execute(select(Effect.run_id).where(Effect.idempotency_key == key)).first()
+    found = session.execute(dialect(session).built(EFFECT_KEY_OWNER), {"key": key}).first()
     return None if found is None else str(found.run_id)
+
+
+@named("effect.key_owner")
+def EFFECT_KEY_OWNER(d: Dialect) -> Any:
+    """Find the run that holds an effect key (``key_owner``: ``ctx.effect`` whose new key was
+    taken, to tell a key used by another run from a lost fence)."""
+    return select(Effect.run_id).where(Effect.idempotency_key == bindparam("key"))
 
 
 @dataclass(frozen=True)
@@ -177,7 +206,11 @@ def record_outcomes(
 OUTCOME_COLUMNS = ("status", "receipt", "error", "epoch", "updated_at")
 
 
-def _build_outcome(prefix: str, guard: FromClause | None) -> UpdateBase:
+@named("effect.outcome", ride=True)
+def EFFECT_OUTCOME(d: Dialect, prefix: str, guard: FromClause | None) -> UpdateBase:
+    """Record what became of an effect (applied with its receipt, or failed), riding along
+    the step's commit, fenced by its move (``outcome_writes``; ``record_outcomes`` when an
+    intent finds outcomes still pending)."""
     return (
         only_if(update(EFFECTS), guard)
         .where(
@@ -194,8 +227,8 @@ def outcome_writes(*, run_id: str, epoch: int, outcomes: Sequence[Outcome]) -> l
     now = utcnow()
     return [
         Write(
-            ("outcome",),
-            _build_outcome,
+            EFFECT_OUTCOME,
+            (),
             {
                 "key": outcome.key,
                 "run_id": run_id,

@@ -7,11 +7,15 @@ old owner's call (``worker.fencing``).
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import bindparam, select
 from sqlalchemy.orm import Session
 
+from models.db import dialect
+from models.dialects import Dialect
 from models.enums import EventKind
+from models.statements import named
 from models.tables import Event
 
 
@@ -28,11 +32,7 @@ def stale_lease_end(session: Session, run_id: str, epoch: int) -> datetime | Non
 def stale_lease(session: Session, run_id: str, epoch: int) -> tuple[datetime | None, bool]:
     """``stale_lease_end``, and whether that owner gave the run back itself (a requeue marked
     ``released``): its calls had all returned then, so none of them can land later."""
-    rows = session.execute(
-        select(Event.trigger, Event.at, Event.detail)
-        .where(Event.run_id == run_id, Event.trigger.in_((EventKind.REQUEUE, EventKind.CLAIM)))
-        .order_by(Event.id)
-    ).all()
+    rows = session.execute(dialect(session).built(EVENT_LEASE_ENDS), {"run_id": run_id}).all()
     ends: list[datetime] = []
     for trigger, at, detail in rows:
         detail = detail if isinstance(detail, dict) else {}
@@ -44,3 +44,17 @@ def stale_lease(session: Session, run_id: str, epoch: int) -> tuple[datetime | N
         if trigger == EventKind.CLAIM and later:
             ends.append(at)
     return (ends[0] if ends else None), False
+
+
+@named("event.lease_ends")
+def EVENT_LEASE_ENDS(d: Dialect) -> Any:
+    """Read a run's requeues and claims, in order, to tell when an old lease ended
+    (``stale_lease_end``: ``ctx.effect`` that finds an older owner's intent unsettled)."""
+    return (
+        select(Event.trigger, Event.at, Event.detail)
+        .where(
+            Event.run_id == bindparam("run_id"),
+            Event.trigger.in_((EventKind.REQUEUE, EventKind.CLAIM)),
+        )
+        .order_by(Event.id)
+    )

@@ -13,7 +13,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Table, bindparam, func, insert, or_, select, update
+from sqlalchemy import Integer, Table, bindparam, func, insert, or_, select, update
 from sqlalchemy.orm import Session
 from sqlalchemy.orm.attributes import set_committed_value
 from sqlalchemy.sql import FromClause
@@ -22,9 +22,10 @@ from sqlalchemy.sql.dml import UpdateBase
 from models.actors import ACTORS
 from models.contracts import InterruptDecl
 from models.db import dialect, readable_rows, utcnow
+from models.dialects import Dialect
 from models.enums import EventKind, InterruptStatus
 from models.runs import RUNS, new_id, storable_id
-from models.statements import Write, insert_row, only_if, row_values
+from models.statements import Write, insert_row, named, only_if, row_values
 from models.tables import Actor, Interrupt, ResumeAttempt, Run, from_row
 from statemachine import interrupt_destination, interrupt_sources
 
@@ -72,10 +73,13 @@ def new_interrupt(
         created_at=now,
     )
     row = {column: getattr(interrupt, column) for column in INTERRUPT_COLUMNS}
-    return interrupt, Write(("interrupt",), _build_insert, row)
+    return interrupt, Write(INTERRUPT_INSERT, (), row)
 
 
-def _build_insert(prefix: str, guard: FromClause | None) -> UpdateBase:
+@named("interrupt.insert", ride=True)
+def INTERRUPT_INSERT(d: Dialect, prefix: str, guard: FromClause | None) -> UpdateBase:
+    """Record a new pending interrupt, riding along the run's ``suspend`` (``new_interrupt``:
+    a step that asks)."""
     return insert_row(insert(INTERRUPTS), INTERRUPTS, INTERRUPT_COLUMNS, prefix, guard)
 
 
@@ -109,22 +113,35 @@ def transition_write(
     sources = tuple(s.value for s in interrupt_sources(trigger))
     values = {**values, "status": interrupt_destination(trigger, sources[0]).value}
     values.setdefault("resolved_at", utcnow())
-    columns = tuple(sorted(values))
-
-    def build(prefix: str, guard: FromClause | None) -> UpdateBase:
-        update_it = update(INTERRUPTS).where(
-            INTERRUPTS.c.id == bindparam(prefix + "moved_interrupt"),
-            INTERRUPTS.c.status.in_(sources),
-        )
-        return (
-            only_if(update_it, guard)
-            .values(row_values(INTERRUPTS, columns, prefix + "to_"))
-            .returning(INTERRUPTS.c.id)
-        )
-
     params = {f"to_{k}": v for k, v in values.items()}
     params["moved_interrupt"] = interrupt.id
-    return Write(("interrupt_move", sources, columns), build, params), values
+    return Write(INTERRUPT_MOVE, (sources, tuple(sorted(values))), params), values
+
+
+@named(
+    "interrupt.move",
+    ride=True,
+    shapes=((("pending",), ("decision", "resolved_at", "resolved_by", "resume_input", "status")),),
+)
+def INTERRUPT_MOVE(
+    d: Dialect,
+    prefix: str,
+    guard: FromClause | None,
+    sources: tuple[str, ...],
+    columns: tuple[str, ...],
+) -> UpdateBase:
+    """Move an interrupt by compare-and-set on its status (one of ``sources``), setting
+    ``columns``, returning its id (``transition_write``: an accepted resume, riding along the
+    run's move; ``transition``: a sweep's expiry or escalation, a renewed review)."""
+    update_it = update(INTERRUPTS).where(
+        INTERRUPTS.c.id == bindparam(prefix + "moved_interrupt"),
+        INTERRUPTS.c.status.in_(sources),
+    )
+    return (
+        only_if(update_it, guard)
+        .values(row_values(INTERRUPTS, columns, prefix + "to_"))
+        .returning(INTERRUPTS.c.id)
+    )
 
 
 def answer_renewed_write(answered_id: str, renewed_id: str) -> Write:
@@ -132,18 +149,20 @@ def answer_renewed_write(answered_id: str, renewed_id: str) -> Write:
     again where the step acts, the evidence having changed): it keeps its status and answer
     (history), and no claim reads it as an answer any more. Rides along the run's suspend."""
 
-    def build(prefix: str, guard: FromClause | None) -> UpdateBase:
-        mark = update(INTERRUPTS).where(
-            INTERRUPTS.c.id == bindparam(prefix + "renewed_answer"),
-            INTERRUPTS.c.superseded_by.is_(None),
-        )
-        return only_if(mark, guard).values(superseded_by=bindparam(prefix + "renewed_by"))
+    params = {"renewed_answer": answered_id, "renewed_by": renewed_id}
+    return Write(INTERRUPT_ANSWER_RENEWED, (), params)
 
-    return Write(
-        ("interrupt_answer_renewed",),
-        build,
-        {"renewed_answer": answered_id, "renewed_by": renewed_id},
+
+@named("interrupt.answer_renewed", ride=True)
+def INTERRUPT_ANSWER_RENEWED(d: Dialect, prefix: str, guard: FromClause | None) -> UpdateBase:
+    """Mark an answer as renewed by a new interrupt, keeping its status and answer, riding
+    along the run's suspend (``answer_renewed_write``: a step whose evidence or scope changed
+    since the answer)."""
+    mark = update(INTERRUPTS).where(
+        INTERRUPTS.c.id == bindparam(prefix + "renewed_answer"),
+        INTERRUPTS.c.superseded_by.is_(None),
     )
+    return only_if(mark, guard).values(superseded_by=bindparam(prefix + "renewed_by"))
 
 
 def moved(interrupt: Interrupt, values: dict[str, Any]) -> None:
@@ -179,14 +198,22 @@ def close_pending(session: Session, run_id: str, trigger: str, **values: Any) ->
     """
     values = {**values, "status": interrupt_destination(trigger, PENDING).value}
     values.setdefault("resolved_at", utcnow())
-    query = (
+    query = dialect(session).built(INTERRUPT_CLOSE_PENDING, (tuple(sorted(values)),))
+    params = {f"to_{k}": v for k, v in values.items()}
+    # (Counted by its rows: SQLite's count of an UPDATE ... RETURNING is not final before.)
+    return list(session.execute(query, {**params, "of_run": run_id}).scalars().all())
+
+
+@named("interrupt.close_pending", shapes=((("resolved_at", "resolved_by", "status"),),))
+def INTERRUPT_CLOSE_PENDING(d: Dialect, columns: tuple[str, ...]) -> Any:
+    """Move every pending interrupt of a run at once, setting ``columns``, returning their
+    ids (``close_pending``: a run's cancel)."""
+    return (
         update(INTERRUPTS)
-        .where(INTERRUPTS.c.run_id == run_id, INTERRUPTS.c.status == PENDING)
-        .values(**values)
+        .where(INTERRUPTS.c.run_id == bindparam("of_run"), INTERRUPTS.c.status == PENDING)
+        .values(row_values(INTERRUPTS, columns, "to_"))
         .returning(INTERRUPTS.c.id)
     )
-    # (Counted by its rows: SQLite's count of an UPDATE ... RETURNING is not final before.)
-    return list(session.execute(query).scalars().all())
 
 
 def ask_again(session: Session, answered: Interrupt, **changes: Any) -> Interrupt:
@@ -220,66 +247,48 @@ def _successor(old: Interrupt, changes: dict[str, Any]) -> Interrupt:
 
 def lock_with_run(session: Session, interrupt_id: str) -> tuple[Interrupt, Run] | None:
     """The interrupt, locked until commit, and its run, in one query."""
-    strategy = dialect(session)
-
-    def build() -> Any:
-        query = (
-            select(*INTERRUPTS.c, *RUNS.c)
-            .join(RUNS, RUNS.c.id == INTERRUPTS.c.run_id)
-            .where(INTERRUPTS.c.id == bindparam("locked_interrupt"))
-        )
-        return strategy.lock(query, of=INTERRUPTS)
-
     params = {"locked_interrupt": interrupt_id}
-    found = strategy.run(session, ("lock_with_run",), build, params).first()
+    found = dialect(session).run(session, INTERRUPT_LOCK_WITH_RUN, (), params).first()
     if found is None:
         return None
     return from_row(Interrupt, found), from_row(Run, found, len(INTERRUPTS.c))
-
-
-def _in_group(interrupt: Interrupt) -> Any:
-    return (
-        (INTERRUPTS.c.run_id == interrupt.run_id)
-        & (INTERRUPTS.c.checkpoint_id == interrupt.checkpoint_id)
-        & (INTERRUPTS.c.ask_group == interrupt.ask_group)
-        & (INTERRUPTS.c.id != interrupt.id)
-    )
 
 
 def group_counts(session: Session, interrupt: Interrupt) -> tuple[int, int]:
     """How many other asks of ``interrupt``'s group are answered (and still bind: not renewed)
     and how many are still open. Read with the run locked (``models.runs.lock_run``), so that
     answers racing for the group's last place are counted one after the other."""
+    params = {
+        "group_run": interrupt.run_id,
+        "group_checkpoint": interrupt.checkpoint_id,
+        "group_name": interrupt.ask_group,
+        "not_interrupt": interrupt.id,
+    }
+    row = session.execute(dialect(session).built(INTERRUPT_GROUP_COUNTS), params).one()
+    return int(row[0]), int(row[1])
+
+
+@named("interrupt.group_counts")
+def INTERRUPT_GROUP_COUNTS(d: Dialect) -> Any:
+    """Count the other asks of an interrupt's group answered (and not renewed) and still open
+    (``group_counts``: the gateway and the sweep, the run locked, to tell whether an answer
+    meets the group's need)."""
     answered = (INTERRUPTS.c.status == InterruptStatus.RESOLVED.value) & (
         INTERRUPTS.c.superseded_by.is_(None)
     )
-    query = select(
+    return select(
         func.count().filter(answered), func.count().filter(INTERRUPTS.c.status == PENDING)
-    ).where(_in_group(interrupt))
-    row = session.execute(query).one()
-    return int(row[0]), int(row[1])
+    ).where(
+        INTERRUPTS.c.run_id == bindparam("group_run"),
+        INTERRUPTS.c.checkpoint_id == bindparam("group_checkpoint"),
+        INTERRUPTS.c.ask_group == bindparam("group_name"),
+        INTERRUPTS.c.id != bindparam("not_interrupt"),
+    )
 
 
 def close_group_write(run_id: str, checkpoint_id: str, group: str) -> Write:
     """The UPDATE closing the asks of a group still open once its need is met: ``superseded``
     by the group, by its compare-and-set on the status (a late answer to one is stale)."""
-
-    def build(prefix: str, guard: FromClause | None) -> UpdateBase:
-        close = update(INTERRUPTS).where(
-            INTERRUPTS.c.run_id == bindparam(prefix + "group_run"),
-            INTERRUPTS.c.checkpoint_id == bindparam(prefix + "group_checkpoint"),
-            INTERRUPTS.c.ask_group == bindparam(prefix + "group_name"),
-            INTERRUPTS.c.status == PENDING,
-        )
-        return (
-            only_if(close, guard)
-            .values(
-                status=InterruptStatus.SUPERSEDED.value,
-                resolved_by=GROUP_ACTOR,
-                resolved_at=bindparam(prefix + "group_at", type_=INTERRUPTS.c.resolved_at.type),
-            )
-            .returning(INTERRUPTS.c.id)
-        )
 
     params = {
         "group_run": run_id,
@@ -287,7 +296,29 @@ def close_group_write(run_id: str, checkpoint_id: str, group: str) -> Write:
         "group_name": group,
         "group_at": utcnow(),
     }
-    return Write(("interrupt_group_closed",), build, params)
+    return Write(INTERRUPT_CLOSE_GROUP, (), params)
+
+
+@named("interrupt.close_group", ride=True)
+def INTERRUPT_CLOSE_GROUP(d: Dialect, prefix: str, guard: FromClause | None) -> UpdateBase:
+    """Supersede the asks of a group still open once its need is met, by compare-and-set on
+    their status, returning their ids (``close_group_write``: the resumed step's commit;
+    ``close_group``: the gateway, after its commit)."""
+    close = update(INTERRUPTS).where(
+        INTERRUPTS.c.run_id == bindparam(prefix + "group_run"),
+        INTERRUPTS.c.checkpoint_id == bindparam(prefix + "group_checkpoint"),
+        INTERRUPTS.c.ask_group == bindparam(prefix + "group_name"),
+        INTERRUPTS.c.status == PENDING,
+    )
+    return (
+        only_if(close, guard)
+        .values(
+            status=InterruptStatus.SUPERSEDED.value,
+            resolved_by=GROUP_ACTOR,
+            resolved_at=bindparam(prefix + "group_at", type_=INTERRUPTS.c.resolved_at.type),
+        )
+        .returning(INTERRUPTS.c.id)
+    )
 
 
 def close_group(session: Session, run_id: str, checkpoint_id: str, group: str) -> list[str]:
@@ -298,16 +329,35 @@ def close_group(session: Session, run_id: str, checkpoint_id: str, group: str) -
 
 def group_asks(session: Session, run_id: str, checkpoint_id: str) -> list[Interrupt]:
     """The asks of every ask group of a run at one checkpoint, oldest first."""
-    query = (
+    params = {"run_id": run_id, "checkpoint_id": checkpoint_id}
+    return list(session.execute(dialect(session).built(INTERRUPT_GROUP_ASKS), params).scalars())
+
+
+@named("interrupt.group_asks")
+def INTERRUPT_GROUP_ASKS(d: Dialect) -> Any:
+    """Read the asks of every ask group of a run at one checkpoint, oldest first
+    (``group_asks``: a run's view)."""
+    return (
         select(Interrupt)
         .where(
-            Interrupt.run_id == run_id,
-            Interrupt.checkpoint_id == checkpoint_id,
+            Interrupt.run_id == bindparam("run_id"),
+            Interrupt.checkpoint_id == bindparam("checkpoint_id"),
             Interrupt.ask_group.is_not(None),
         )
         .order_by(Interrupt.created_at, Interrupt.name)
     )
-    return list(session.execute(query).scalars())
+
+
+@named("interrupt.lock_with_run")
+def INTERRUPT_LOCK_WITH_RUN(d: Dialect) -> Any:
+    """Read an interrupt, locked until commit, with its run (``lock_with_run``: the resume
+    gateway, before it decides)."""
+    query = (
+        select(*INTERRUPTS.c, *RUNS.c)
+        .join(RUNS, RUNS.c.id == INTERRUPTS.c.run_id)
+        .where(INTERRUPTS.c.id == bindparam("locked_interrupt"))
+    )
+    return d.lock(query, of=INTERRUPTS)
 
 
 def get(session: Session, interrupt_id: str) -> Interrupt | None:
@@ -318,28 +368,41 @@ def get(session: Session, interrupt_id: str) -> Interrupt | None:
 
 def pending_of_run(session: Session, run_id: str, *, locked: bool = False) -> list[Interrupt]:
     """A run's pending interrupts, oldest first (locked: in the order resumes take them)."""
+    query = dialect(session).built(INTERRUPT_PENDING_OF_RUN, (locked,))
+    return list(session.execute(query, {"run_id": run_id}).scalars())
+
+
+@named("interrupt.pending_of_run", shapes=((False,), (True,)))
+def INTERRUPT_PENDING_OF_RUN(d: Dialect, locked: bool) -> Any:
+    """Read a run's pending interrupts, oldest first; ``locked`` until commit, in the order
+    resumes take them (``pending_of_run``: a cancel; a run's view)."""
     query = (
         select(Interrupt)
-        .where(Interrupt.run_id == run_id, Interrupt.status == PENDING)
+        .where(Interrupt.run_id == bindparam("run_id"), Interrupt.status == PENDING)
         .order_by(Interrupt.created_at)
     )
-    if locked:
-        query = dialect(session).lock(query)
-    return list(session.execute(query).scalars())
+    return d.lock(query) if locked else query
 
 
 def resolved_at(
     session: Session, run_id: str, checkpoint_id: str, *, name: str | None = None
 ) -> list[Interrupt]:
     """The answered interrupts of a run at one checkpoint (of one name, if given)."""
+    query = dialect(session).built(INTERRUPT_ANSWERED_AT, (name is not None,))
+    params = {"run_id": run_id, "checkpoint_id": checkpoint_id, "name": name}
+    return list(session.execute(query, params).scalars())
+
+
+@named("interrupt.answered_at", shapes=((False,), (True,)))
+def INTERRUPT_ANSWERED_AT(d: Dialect, named_one: bool) -> Any:
+    """Read a run's answered interrupts at one checkpoint (``named_one``: of one name)
+    (``resolved_at``: ``ctx.effect``, the operator's findings on an unsettled effect)."""
     query = select(Interrupt).where(
-        Interrupt.run_id == run_id,
-        Interrupt.checkpoint_id == checkpoint_id,
+        Interrupt.run_id == bindparam("run_id"),
+        Interrupt.checkpoint_id == bindparam("checkpoint_id"),
         Interrupt.status == InterruptStatus.RESOLVED.value,
     )
-    if name is not None:
-        query = query.where(Interrupt.name == name)
-    return list(session.execute(query).scalars())
+    return query.where(Interrupt.name == bindparam("name")) if named_one else query
 
 
 def due(session: Session, now: datetime, size: int) -> tuple[list[Interrupt], dict[str, str]]:
@@ -349,33 +412,62 @@ def due(session: Session, now: datetime, size: int) -> tuple[list[Interrupt], di
 
     Rows another sweeper (or a resume in the gateway) holds are theirs: skipped, never waited on.
     """
+    query = dialect(session).built(INTERRUPT_DUE)
+    return readable_rows(session, query, {"now": now, "size": size})
+
+
+def _at(name: str) -> Any:
+    """A timestamp parameter (aware UTC, as the columns hold them)."""
+    return bindparam(name, type_=INTERRUPTS.c.deadline.type)
+
+
+@named("interrupt.due")
+def INTERRUPT_DUE(d: Dialect) -> Any:
+    """Select a batch of pending interrupts past their deadline and not put off, oldest
+    deadline first, through the (status, deadline) index, skipping rows others hold
+    (``due``: the expiry sweep)."""
     query = (
         select(Interrupt)
         .where(
             Interrupt.status == PENDING,
-            Interrupt.deadline <= now,
-            or_(Interrupt.put_off_until.is_(None), Interrupt.put_off_until <= now),
+            Interrupt.deadline <= _at("now"),
+            or_(Interrupt.put_off_until.is_(None), Interrupt.put_off_until <= _at("now")),
         )
         .order_by(Interrupt.deadline)
-        .limit(size)
+        .limit(bindparam("size", type_=Integer))
     )
-    return readable_rows(session, dialect(session).lock_or_skip(query))
+    return d.lock_or_skip(query)
 
 
 def put_off(session: Session, interrupt_id: str, until: datetime) -> None:
     """No sweep looks at pending ``interrupt_id`` again before ``until``."""
-    session.execute(
+    params = {"interrupt_id": interrupt_id, "until": until}
+    session.execute(dialect(session).built(INTERRUPT_PUT_OFF), params)
+
+
+@named("interrupt.put_off")
+def INTERRUPT_PUT_OFF(d: Dialect) -> Any:
+    """Keep sweeps off a pending interrupt until a moment (``put_off``: the sweep, for an
+    interrupt whose policy cannot be applied now)."""
+    return (
         update(INTERRUPTS)
-        .where(INTERRUPTS.c.id == interrupt_id, INTERRUPTS.c.status == PENDING)
-        .values(put_off_until=until)
+        .where(INTERRUPTS.c.id == bindparam("interrupt_id"), INTERRUPTS.c.status == PENDING)
+        .values(put_off_until=_at("until"))
     )
 
 
 def bring_forward(session: Session, now: datetime) -> None:
     """Every pending interrupt a sweep put off past ``now`` is due again now."""
-    session.execute(
+    session.execute(dialect(session).built(INTERRUPT_BRING_FORWARD), {"now": now})
+
+
+@named("interrupt.bring_forward")
+def INTERRUPT_BRING_FORWARD(d: Dialect) -> Any:
+    """Make every pending interrupt put off past a moment due again (``bring_forward``:
+    ``interlude sweep --now``)."""
+    return (
         update(INTERRUPTS)
-        .where(INTERRUPTS.c.status == PENDING, INTERRUPTS.c.put_off_until > now)
+        .where(INTERRUPTS.c.status == PENDING, INTERRUPTS.c.put_off_until > _at("now"))
         .values(put_off_until=None)
     )
 
@@ -405,7 +497,7 @@ def list_rows(
 def original_attempt(session: Session, actor_id: str, key: str) -> ResumeAttempt | None:
     """The attempt by which ``actor_id`` claimed idempotency key ``key``, if any."""
     params = {"by_actor": actor_id, "by_key": key}
-    found = dialect(session).run(session, ("original_attempt",), _original_attempt_query, params)
+    found = dialect(session).run(session, ATTEMPT_ORIGINAL, (), params)
     row = found.first()
     return None if row is None else from_row(ResumeAttempt, row)
 
@@ -419,19 +511,8 @@ def actor_and_original(
     A resume reads both before it decides anything; the attempt counts only once the actor
     is authenticated (the caller decides in that order).
     """
-    strategy = dialect(session)
-
-    def build() -> Any:
-        query = (
-            select(*ACTORS.c, *ATTEMPTS.c)
-            .select_from(ACTORS)
-            .outerjoin(ATTEMPTS, _claimed_key(ACTORS.c.id))
-            .where(ACTORS.c.id == bindparam("by_actor"))
-        )
-        return strategy.lock_shared(query, of=ACTORS)
-
     params = {"by_actor": actor_id, "by_key": key}
-    row = strategy.run(session, ("actor_and_original",), build, params).first()
+    row = dialect(session).run(session, ACTOR_WITH_ORIGINAL, (), params).first()
     if row is None:
         return None, None
     actor = from_row(Actor, row)
@@ -442,7 +523,23 @@ def actor_and_original(
     return actor, original
 
 
-def _original_attempt_query() -> Any:
+@named("actor.with_original_attempt")
+def ACTOR_WITH_ORIGINAL(d: Dialect) -> Any:
+    """Read an actor, locked for share until commit, and the attempt by which it claimed an
+    idempotency key, if any (``actor_and_original``: the resume gateway's first read)."""
+    query = (
+        select(*ACTORS.c, *ATTEMPTS.c)
+        .select_from(ACTORS)
+        .outerjoin(ATTEMPTS, _claimed_key(ACTORS.c.id))
+        .where(ACTORS.c.id == bindparam("by_actor"))
+    )
+    return d.lock_shared(query, of=ACTORS)
+
+
+@named("attempt.original")
+def ATTEMPT_ORIGINAL(d: Dialect) -> Any:
+    """Read the attempt by which an actor claimed an idempotency key (``original_attempt``:
+    the gateway, after losing the race for that key, answers from the attempt that won)."""
     return select(*ATTEMPTS.c).where(_claimed_key(bindparam("by_actor")))
 
 
@@ -457,8 +554,15 @@ def held_roles(session: Session) -> set[str]:
 
     Read whole and matched here: roles are a JSON list, queried alike on neither database.
     """
-    rows = session.execute(select(ACTORS.c.roles).where(ACTORS.c.revoked_at.is_(None)))
+    rows = session.execute(dialect(session).built(ACTOR_HELD_ROLES))
     return {role for (roles,) in rows for role in roles or [] if isinstance(role, str)}
+
+
+@named("actor.held_roles")
+def ACTOR_HELD_ROLES(d: Dialect) -> Any:
+    """Read the roles of every active actor (``held_roles``: the expiry sweep, to escalate
+    only to roles someone holds)."""
+    return select(ACTORS.c.roles).where(ACTORS.c.revoked_at.is_(None))
 
 
 def insert_attempt(session: Session, **values: Any) -> int:
@@ -470,14 +574,35 @@ def attempt_write(values: dict[str, Any]) -> Write:
     """The INSERT of one resume attempt, returning its id (guarded: one per row of its
     guard)."""
     values = {"at": utcnow(), **values}
-    columns = tuple(sorted(values))
+    return Write(ATTEMPT_INSERT, (tuple(sorted(values)),), values)
 
-    def build(prefix: str, guard: FromClause | None) -> UpdateBase:
-        return insert_row(insert(ATTEMPTS), ATTEMPTS, columns, prefix, guard).returning(
-            ATTEMPTS.c.id
-        )
 
-    return Write(("attempt", columns), build, values)
+@named(
+    "attempt.insert",
+    ride=True,
+    shapes=(
+        (
+            (
+                "actor_id",
+                "at",
+                "idempotency_key",
+                "interrupt_id",
+                "original_key",
+                "outcome",
+                "payload",
+                "payload_hash",
+                "reason",
+                "run_id",
+            ),
+        ),
+    ),
+)
+def ATTEMPT_INSERT(
+    d: Dialect, prefix: str, guard: FromClause | None, columns: tuple[str, ...]
+) -> UpdateBase:
+    """Record a resume attempt, returning its id (``attempt_write``: an accepted resume,
+    guarded on the interrupt's move; ``insert_attempt``: every refused one)."""
+    return insert_row(insert(ATTEMPTS), ATTEMPTS, columns, prefix, guard).returning(ATTEMPTS.c.id)
 
 
 def list_attempts(

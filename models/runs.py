@@ -34,14 +34,13 @@ from sqlalchemy import (
     union_all,
     update,
 )
-from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import Session
 from sqlalchemy.orm.attributes import set_committed_value
 from sqlalchemy.sql import FromClause
 from sqlalchemy.sql.dml import UpdateBase
 
 from models.db import dialect, readable_rows, utcnow
-from models.dialects import count_write
+from models.dialects import Dialect, count_write
 from models.enums import EffectStatus, EventKind, InterruptStatus, RunState
 from models.errors import (
     FencedError,
@@ -50,7 +49,7 @@ from models.errors import (
     StaleStateError,
 )
 from models.scope import Scope
-from models.statements import Write, insert_row, only_if, row_values
+from models.statements import Write, insert_row, named, only_if, row_values
 from models.tables import (
     Checkpoint,
     Effect,
@@ -193,7 +192,25 @@ def events_insert(
         for i, (kind, detail) in enumerate(events)
     ]
     common = {"run_id": run_id, "at": at or utcnow(), "actor": actor}
-    return dialect(session).insert_rows(EVENTS, common, rows)
+    return dialect(session).insert_rows(EVENT_INSERT, common, rows)
+
+
+EVENT_COMMON = ("run_id", "at", "actor")
+EVENT_KEYS = ("trigger", "from_state", "to_state", "detail")
+
+
+@named("event.insert", ride=True, shapes=((EVENT_COMMON, EVENT_KEYS),))
+def EVENT_INSERT(
+    d: Dialect,
+    prefix: str,
+    guard: FromClause | None,
+    common: tuple[str, ...],
+    keys: tuple[str, ...],
+) -> UpdateBase:
+    """Append a run's audit events in order, riding along its move or its insert
+    (``events_insert``: every transition and fact; ``record_events``). On PostgreSQL any
+    number of events in one statement (``Dialect.insert_rows``); on SQLite one per event."""
+    return d.rows_insert(EVENTS, prefix, guard, common, keys)
 
 
 def record_refusal_once(session: Session, run_id: str, *, actor: str, reason: str) -> bool:
@@ -202,35 +219,63 @@ def record_refusal_once(session: Session, run_id: str, *, actor: str, reason: st
     The reaper's republishes do not count: they come between one refused delivery and the
     next, and the run has not moved.
     """
-    last = session.execute(
-        select(Event.trigger, Event.detail)
-        .where(Event.run_id == run_id, Event.trigger != EventKind.REPUBLISH.value)
-        .order_by(Event.id.desc())
-        .limit(1)
-    ).first()
+    last = session.execute(dialect(session).built(EVENT_LAST), {"run_id": run_id}).first()
     if last is not None and tuple(last) == (EventKind.REFUSED.value, reason):
         return False
     record_event(session, run_id, actor=actor, kind=EventKind.REFUSED, detail=reason)
     return True
 
 
+@named("event.last")
+def EVENT_LAST(d: Dialect) -> Any:
+    """Read a run's latest event but the reaper's republishes, its kind and detail
+    (``record_refusal_once``: a worker or a sweep that cannot continue a run records why once,
+    not at every delivery)."""
+    return (
+        select(Event.trigger, Event.detail)
+        .where(
+            Event.run_id == bindparam("run_id"),
+            Event.trigger != EventKind.REPUBLISH.value,
+        )
+        .order_by(Event.id.desc())
+        .limit(1)
+    )
+
+
 def count_events(session: Session, run_id: str, kind: EventKind) -> int:
     """How many events of ``kind`` the run has (bounds what refusals may add to its record)."""
-    found = session.execute(
-        select(func.count()).select_from(Event).where(Event.run_id == run_id, Event.trigger == kind)
-    ).scalar_one()
-    return int(found)
+    params = {"run_id": run_id, "kind": EventKind(kind).value}
+    return int(session.execute(dialect(session).built(EVENT_COUNT_OF_KIND), params).scalar_one())
+
+
+@named("event.count_of_kind")
+def EVENT_COUNT_OF_KIND(d: Dialect) -> Any:
+    """Count a run's events of one kind (``count_events``: the bound on the operator refusals
+    a run's record may gain)."""
+    return (
+        select(func.count())
+        .select_from(Event)
+        .where(Event.run_id == bindparam("run_id"), Event.trigger == bindparam("kind"))
+    )
 
 
 def last_event_detail(session: Session, run_id: str, kind: EventKind) -> Any:
     """The detail of the run's latest event of ``kind`` (None if it has none)."""
-    found = session.execute(
+    params = {"run_id": run_id, "kind": EventKind(kind).value}
+    found = session.execute(dialect(session).built(EVENT_LAST_OF_KIND), params).first()
+    return None if found is None else found[0]
+
+
+@named("event.last_of_kind")
+def EVENT_LAST_OF_KIND(d: Dialect) -> Any:
+    """Read the detail of a run's latest event of one kind (``last_event_detail``: a flow
+    version's migration, the answer a run last accepted)."""
+    return (
         select(Event.detail)
-        .where(Event.run_id == run_id, Event.trigger == EventKind(kind).value)
+        .where(Event.run_id == bindparam("run_id"), Event.trigger == bindparam("kind"))
         .order_by(Event.id.desc())
         .limit(1)
-    ).first()
-    return None if found is None else found[0]
+    )
 
 
 # --- runs and checkpoints ----------------------------------------------------------------------
@@ -298,25 +343,56 @@ def insert_run(
         at=now,
         moves=[(None, RunState.QUEUED.value)],
     )
-    columns = tuple(values)
-
-    def build(prefix: str, guard: FromClause | None) -> UpdateBase:
-        return insert_row(insert(RUNS), RUNS, columns, prefix, guard)
-
     dialect(session).execute_with(
         session,
-        Write(("insert_run", columns), build, values),
+        Write(RUN_INSERT, (), values),
         [checkpoint_insert(session, first), *enqueued],
     )
     return run
 
 
+# What ``insert_run`` gives a new run (the other columns are NULL).
+NEW_RUN_COLUMNS = (
+    "id",
+    "flow_name",
+    "flow_version",
+    "input",
+    "state",
+    "state_version",
+    "next_step",
+    "checkpoint_seq",
+    "idempotency_key",
+    "started_by",
+    "lease_epoch",
+    "lost_leases",
+    "step_attempts",
+    "step_executions",
+    "budget_allowance",
+    "budget_consumed",
+    "dispatched_at",
+    "created_at",
+    "updated_at",
+)
+
+
+@named("run.insert", ride=True)
+def RUN_INSERT(d: Dialect, prefix: str, guard: FromClause | None) -> UpdateBase:
+    """Insert a new queued run, with its checkpoint 0 and its ``enqueue`` event riding along
+    (``insert_run``: ``enqueue_run``)."""
+    return insert_row(insert(RUNS), RUNS, NEW_RUN_COLUMNS, prefix, guard)
+
+
 def find_by_key(session: Session, key: str) -> tuple[str, str] | None:
     """``(run id, flow name)`` of the run started with idempotency key ``key``."""
-    found = session.execute(
-        select(Run.id, Run.flow_name).where(Run.idempotency_key == key)
-    ).one_or_none()
+    found = session.execute(dialect(session).built(RUN_BY_KEY), {"key": key}).one_or_none()
     return None if found is None else (str(found.id), str(found.flow_name))
+
+
+@named("run.by_key")
+def RUN_BY_KEY(d: Dialect) -> Any:
+    """Find the run started with an idempotency key (``find_by_key``: ``enqueue_run`` given a
+    key, before it inserts)."""
+    return select(Run.id, Run.flow_name).where(Run.idempotency_key == bindparam("key"))
 
 
 def load_run(session: Session, run_id: str) -> Run:
@@ -336,15 +412,29 @@ def load_runs(session: Session, run_ids: Collection[str]) -> tuple[dict[str, Run
     """The runs of ``run_ids`` by id, and the ids of those that could not be read, with why."""
     if not run_ids:
         return {}, {}
-    rows, unreadable = readable_rows(session, select(Run).where(Run.id.in_(list(run_ids))))
+    query = dialect(session).built(RUN_MANY)
+    rows, unreadable = readable_rows(session, query, {"run_ids": list(run_ids)})
     return {run.id: run for run in rows}, unreadable
 
 
 def lock_run(session: Session, run_id: str) -> Run | None:
     """The run as it is now, locked until commit: answers to one ask group queue here."""
-    query = dialect(session).lock(select(*RUNS.c).where(RUNS.c.id == run_id))
-    found = session.execute(query).first()
+    found = session.execute(dialect(session).built(RUN_LOCK), {"run_id": run_id}).first()
     return from_row(Run, found) if found is not None else None
+
+
+@named("run.lock")
+def RUN_LOCK(d: Dialect) -> Any:
+    """Read a run, locked until commit (``lock_run``: the gateway and the sweep, so that
+    answers to one ask group are counted one after the other)."""
+    return d.lock(select(*RUNS.c).where(RUNS.c.id == bindparam("run_id")))
+
+
+@named("run.many")
+def RUN_MANY(d: Dialect) -> Any:
+    """Read runs by their ids (``load_runs``: the expiry sweep, the runs of its batch of due
+    interrupts)."""
+    return select(Run).where(Run.id.in_(bindparam("run_ids", expanding=True)))
 
 
 @dataclass
@@ -363,7 +453,7 @@ def load_claimable(session: Session, run_id: str) -> Claimable | None:
 
     The later ``claim`` finds the run in the session without another query.
     """
-    query = dialect(session).shapes.get(("claimable",), _claimable_query)
+    query = dialect(session).built(RUN_CLAIMABLE)
     rows = session.execute(query, {"claimed_run": run_id}).all()
     if not rows or rows[0][0].state not in CLAIMABLE:
         return None
@@ -373,7 +463,11 @@ def load_claimable(session: Session, run_id: str) -> Claimable | None:
     )
 
 
-def _claimable_query() -> Any:
+@named("run.claimable")
+def RUN_CLAIMABLE(d: Dialect) -> Any:
+    """Read a run with its latest checkpoint, the answers given there and whether effects are
+    unsettled, to claim it the long way (``load_claimable``: the step task, when the claim in
+    one statement did not take it or the database is SQLite)."""
     # An answer another answer renewed (``superseded_by``) no longer answers anything.
     answered = (
         (Interrupt.run_id == Run.id)
@@ -457,24 +551,29 @@ def claim_at_once(
         "claim_steps": steps.param,
     }
     count_write(session)
-    rows = dialect(session).run(session, ("claim_at_once",), _claim_at_once_statement, params).all()
+    rows = dialect(session).run(session, RUN_CLAIM_AT_ONCE, (), params).all()
     return _claimed_from(rows) if rows else None
 
 
-def _claim_at_once_statement() -> Any:
+@named("run.claim_at_once", only="postgresql")
+def RUN_CLAIM_AT_ONCE(d: Dialect) -> Any:
+    """Claim a due run at one of this worker's steps in one statement: the compare-and-set,
+    the fresh lease and epoch, its ``claim`` (and ``step_reexecuted``) events, and the run, its
+    checkpoint, its answers and whether effects are unsettled returned (``claim_at_once``: the
+    step task; PostgreSQL only, see ``Dialect.claims_in_one_statement``)."""
     now = bindparam("claim_now", type_=RUNS.c.updated_at.type)
     run_id = bindparam("claim_run", type_=RUNS.c.id.type)
     seen = select(RUNS.c.id, RUNS.c.state, RUNS.c.state_version).where(RUNS.c.id == run_id).cte("o")
-    steps = (
-        func.jsonb_to_recordset(bindparam("claim_steps", type_=JSONB))
-        .table_valued(
+    steps = d.json_records(
+        "claim_steps",
+        [
             column("flow", Text),
             column("version", Integer),
             column("step", Text),
             column("lease", Float),
             column("revalidates", Boolean),
-        )
-        .render_derived(name="s", with_types=True)
+        ],
+        "s",
     )
     claimed = (
         update(RUNS)
@@ -493,7 +592,7 @@ def _claim_at_once_statement() -> Any:
             state_version=RUNS.c.state_version + 1,
             lease_owner=bindparam("claim_owner"),
             lease_epoch=RUNS.c.lease_epoch + 1,
-            lease_expires_at=now + func.make_interval(0, 0, 0, 0, 0, 0, steps.c.lease),
+            lease_expires_at=d.seconds_after(now, steps.c.lease),
             step_executions=RUNS.c.step_executions + 1,
             not_before=None,
             updated_at=now,
@@ -507,18 +606,14 @@ def _claim_at_once_statement() -> Any:
         literal(EventKind.CLAIM.value).label("trigger"),
         claimed.c.claimed_from.label("from_state"),
         literal(RunState.RUNNING.value).label("to_state"),
-        func.jsonb_build_object("epoch", claimed.c.lease_epoch, "step", claimed.c.next_step).label(
-            "detail"
-        ),
+        d.json_object("epoch", claimed.c.lease_epoch, "step", claimed.c.next_step).label("detail"),
     )
     again = select(
         literal(1),
         literal(EventKind.STEP_REEXECUTED.value),
         null(),
         null(),
-        func.jsonb_build_object(
-            "step", claimed.c.next_step, "executions", claimed.c.step_executions
-        ),
+        d.json_object("step", claimed.c.next_step, "executions", claimed.c.step_executions),
     ).where(claimed.c.step_executions > 1)
     given = union_all(claim_event, again).subquery("e")
     events = insert(EVENTS).from_select(
@@ -757,27 +852,35 @@ def _move(
 
 def _move_write(run: Run, values: dict[str, Any], fence_epoch: int | None) -> Write:
     """The compare-and-set UPDATE of a transition, as a statement of its shape."""
-    columns, fenced = tuple(sorted(values)), fence_epoch is not None
-
-    def build(prefix: str, guard: FromClause | None) -> UpdateBase:
-        stmt = update(RUNS).where(
-            RUNS.c.id == bindparam(prefix + "run_id"),
-            RUNS.c.state_version == bindparam(prefix + "seen_version"),
-        )
-        if fenced:
-            stmt = stmt.where(RUNS.c.lease_epoch == bindparam(prefix + "fence_epoch"))
-        set_to = row_values(RUNS, columns, prefix + "set_")
-        return only_if(stmt, guard).values(set_to).returning(RUNS.c.pause_requested_by)
-
     params = {f"set_{k}": v for k, v in values.items()}
     params.update(run_id=run.id, seen_version=run.state_version, fence_epoch=fence_epoch)
-    return Write(("move", fenced, columns), build, params)
+    return Write(RUN_MOVE, (fence_epoch is not None, tuple(sorted(values))), params)
+
+
+# Two moves of W1, for the reference: a step's suspend (fenced), an accepted resume.
+_SUSPEND = ("lease_expires_at", "lease_owner", "state", "state_version", "updated_at")
+_RESUME = ("dispatched_at", "state", "state_version", "updated_at")
+
+
+@named("run.move", ride=True, shapes=((True, _SUSPEND), (False, _RESUME)))
+def RUN_MOVE(
+    d: Dialect, prefix: str, guard: FromClause | None, fenced: bool, columns: tuple[str, ...]
+) -> UpdateBase:
+    """Move a run by compare-and-set on its state version (and, ``fenced``, its lease epoch),
+    setting ``columns``; its events, checkpoint, interrupt, effect outcomes ride along
+    (``move``, ``move_through``, ``move_recorded``, ``claim``: every transition)."""
+    stmt = update(RUNS).where(
+        RUNS.c.id == bindparam(prefix + "run_id"),
+        RUNS.c.state_version == bindparam(prefix + "seen_version"),
+    )
+    if fenced:
+        stmt = stmt.where(RUNS.c.lease_epoch == bindparam(prefix + "fence_epoch"))
+    set_to = row_values(RUNS, columns, prefix + "set_")
+    return only_if(stmt, guard).values(set_to).returning(RUNS.c.pause_requested_by)
 
 
 def _raise_lost_race(session: Scope, run: Run, fence_epoch: int | None) -> NoReturn:
-    found = session.execute(
-        select(Run.state, Run.state_version, Run.lease_epoch).where(Run.id == run.id)
-    ).one_or_none()
+    found = dialect(session).run(session, RUN_FOUND, (), {"run_id": run.id}).first()
     if found is None:
         raise RunNotFoundError(run_id=run.id)
     if fence_epoch is not None and found.lease_epoch != fence_epoch:
@@ -786,6 +889,15 @@ def _raise_lost_race(session: Scope, run: Run, fence_epoch: int | None) -> NoRet
         run_id=run.id,
         expected=f"{run.state} (version {run.state_version})",
         found=f"{found.state} (version {found.state_version})",
+    )
+
+
+@named("run.found")
+def RUN_FOUND(d: Dialect) -> Any:
+    """Read a run's state, version and epoch after a compare-and-set matched nothing, to say
+    why (``move``: the error naming what was expected and what was found)."""
+    return select(RUNS.c.state, RUNS.c.state_version, RUNS.c.lease_epoch).where(
+        RUNS.c.id == bindparam("run_id")
     )
 
 
@@ -837,23 +949,36 @@ def assert_owner(session: Scope, run_id: str, epoch: int) -> None:
     On PostgreSQL the update also locks the run row until the caller's transaction ends,
     so a reclaim cannot slip in between this check and the caller's commit.
     """
-    result = session.execute(
-        update(RUNS)
-        .where(RUNS.c.id == run_id, RUNS.c.lease_epoch == epoch, RUNS.c.state == RunState.RUNNING)
-        .values(updated_at=utcnow())
-    )
-    if result.rowcount != 1:  # type: ignore[attr-defined]
+    params = {"run_id": run_id, "epoch": epoch, "now": utcnow()}
+    if dialect(session).run(session, RUN_ASSERT_OWNER, (), params).rowcount != 1:
         raise FencedError(run_id=run_id, epoch=epoch)
+
+
+@named("run.assert_owner")
+def RUN_ASSERT_OWNER(d: Dialect) -> Any:
+    """Touch a run only if it still runs under an epoch, holding its row until commit
+    (``assert_owner``: an effect's outcomes recorded apart from the step's commit)."""
+    return (
+        update(RUNS)
+        .where(
+            RUNS.c.id == bindparam("run_id"),
+            RUNS.c.lease_epoch == bindparam("epoch"),
+            RUNS.c.state == RunState.RUNNING,
+        )
+        .values(updated_at=bindparam("now", type_=RUNS.c.updated_at.type))
+    )
 
 
 def renew_lease(session: Scope, run_id: str, *, epoch: int, expires_at: datetime) -> bool:
     """Extend the lease held at ``epoch``; False if another owner took the run meanwhile."""
-    params = {"renewed_run": run_id, "held_epoch": epoch, "renewed_until": expires_at}
-    result = dialect(session).run(session, ("renew_lease",), _renew_statement, params)
-    return bool(result.rowcount == 1)
+    renewal = lease_renewal(run_id, epoch=epoch, expires_at=expires_at)
+    return bool(dialect(session).execute(session, renewal).rowcount == 1)
 
 
-def _renew_statement(prefix: str = "", guard: FromClause | None = None) -> Any:
+@named("run.renew_lease", ride=True)
+def RUN_RENEW_LEASE(d: Dialect, prefix: str, guard: FromClause | None) -> UpdateBase:
+    """Extend the lease a running run is held under at an epoch (``renew_lease``: the lease
+    keeper; riding along an effect's intent, ``lease_renewal``)."""
     return (
         only_if(update(RUNS), guard)
         .where(
@@ -870,27 +995,48 @@ def _renew_statement(prefix: str = "", guard: FromClause | None = None) -> Any:
 def lease_renewal(run_id: str, *, epoch: int, expires_at: datetime) -> Write:
     """The lease renewal of ``renew_lease``, to go with another write of the same owner."""
     params = {"renewed_run": run_id, "held_epoch": epoch, "renewed_until": expires_at}
-    return Write(("renew",), _renew_statement, params)
+    return Write(RUN_RENEW_LEASE, (), params)
 
 
 def request_pause(session: Session, run_id: str, *, actor: str) -> bool:
     """Ask a run that has not finished to stop at its next step boundary."""
-    result = session.execute(
-        update(RUNS)
-        .where(RUNS.c.id == run_id, RUNS.c.state.in_(NON_TERMINAL))
-        .values(pause_requested_by=actor, updated_at=utcnow())
-    )
+    params = {"run_id": run_id, "actor": actor, "now": utcnow()}
+    result = session.execute(dialect(session).built(RUN_REQUEST_PAUSE), params)
     if result.rowcount != 1:  # type: ignore[attr-defined]
         return False
     record_event(session, run_id, actor=actor, kind=EventKind.PAUSE_REQUESTED, detail={})
     return True
 
 
+@named("run.request_pause")
+def RUN_REQUEST_PAUSE(d: Dialect) -> Any:
+    """Ask a run that has not finished to stop at its next step boundary (``request_pause``:
+    an operator's pause)."""
+    return (
+        update(RUNS)
+        .where(RUNS.c.id == bindparam("run_id"), RUNS.c.state.in_(NON_TERMINAL))
+        .values(
+            pause_requested_by=bindparam("actor"),
+            updated_at=bindparam("now", type_=RUNS.c.updated_at.type),
+        )
+    )
+
+
 def latest_checkpoint(session: Session, run: Run) -> Checkpoint:
-    checkpoint = session.execute(
-        select(Checkpoint).where(Checkpoint.run_id == run.id, Checkpoint.seq == run.checkpoint_seq)
+    params = {"run_id": run.id, "seq": run.checkpoint_seq}
+    checkpoint: Checkpoint = session.execute(
+        dialect(session).built(CHECKPOINT_LATEST), params
     ).scalar_one()
     return checkpoint
+
+
+@named("checkpoint.latest")
+def CHECKPOINT_LATEST(d: Dialect) -> Any:
+    """Read a run's checkpoint of one sequence, its latest (``latest_checkpoint``: a run's
+    view for operators and the API)."""
+    return select(Checkpoint).where(
+        Checkpoint.run_id == bindparam("run_id"), Checkpoint.seq == bindparam("seq")
+    )
 
 
 def get_checkpoint(session: Session, checkpoint_id: str) -> Checkpoint | None:
@@ -938,13 +1084,17 @@ def remembered_write(checkpoint_id: str, remembered: dict[str, Any]) -> Write:
     values too, unchanged. Rides along the run's suspend.
     """
 
-    def build(prefix: str, guard: FromClause | None) -> UpdateBase:
-        keep = update(CHECKPOINTS).where(CHECKPOINTS.c.id == bindparam(prefix + "kept_at"))
-        return only_if(keep, guard).values(
-            remembered=bindparam(prefix + "kept", type_=CHECKPOINTS.c.remembered.type)
-        )
+    return Write(CHECKPOINT_REMEMBER, (), {"kept_at": checkpoint_id, "kept": remembered})
 
-    return Write(("checkpoint_remembered",), build, {"kept_at": checkpoint_id, "kept": remembered})
+
+@named("checkpoint.remember", ride=True)
+def CHECKPOINT_REMEMBER(d: Dialect, prefix: str, guard: FromClause | None) -> UpdateBase:
+    """Keep a step's remembered values on its checkpoint, riding along the run's suspend
+    (``remembered_write``: ``ctx.remember`` before the step waits)."""
+    keep = update(CHECKPOINTS).where(CHECKPOINTS.c.id == bindparam(prefix + "kept_at"))
+    return only_if(keep, guard).values(
+        remembered=bindparam(prefix + "kept", type_=CHECKPOINTS.c.remembered.type)
+    )
 
 
 def checkpoint_insert(session: Scope, checkpoint: Checkpoint) -> Write:
@@ -953,14 +1103,16 @@ def checkpoint_insert(session: Scope, checkpoint: Checkpoint) -> Write:
     It writes nothing when the sequence is taken: only when another owner committed it first,
     and then that transition's compare-and-set fails too, and says why.
     """
-    strategy = dialect(session)
-
-    def build(prefix: str, guard: FromClause | None) -> UpdateBase:
-        statement = strategy.insert_unless_present(CHECKPOINTS, "run_id", "seq")
-        return insert_row(statement, CHECKPOINTS, CHECKPOINT_COLUMNS, prefix, guard)
-
     values = {column: getattr(checkpoint, column) for column in CHECKPOINT_COLUMNS}
-    return Write(("checkpoint",), build, values)
+    return Write(CHECKPOINT_INSERT, (), values)
+
+
+@named("checkpoint.insert", ride=True)
+def CHECKPOINT_INSERT(d: Dialect, prefix: str, guard: FromClause | None) -> UpdateBase:
+    """Append a checkpoint unless its sequence is taken, riding along the move that commits
+    it (``checkpoint_insert``: a step's commit, a run's insert, a migration)."""
+    statement = d.insert_unless_present(CHECKPOINTS, "run_id", "seq")
+    return insert_row(statement, CHECKPOINTS, CHECKPOINT_COLUMNS, prefix, guard)
 
 
 # --- recovery (the reaper) ---------------------------------------------------------------------
@@ -969,21 +1121,47 @@ def checkpoint_insert(session: Scope, checkpoint: Checkpoint) -> Write:
 def expired_leases(session: Session, now: datetime, batch: int) -> tuple[list[Run], dict[str, str]]:
     """Running runs whose owner stopped renewing, oldest first, and the ids of those that could
     not be read, with why (``readable_rows``); rows others hold are skipped."""
+    query = dialect(session).built(RUN_EXPIRED_LEASES)
+    return readable_rows(session, query, {"now": now, "batch": batch})
+
+
+def _at(name: str) -> Any:
+    """A timestamp parameter (aware UTC, as the columns hold them)."""
+    return bindparam(name, type_=RUNS.c.updated_at.type)
+
+
+@named("run.expired_leases")
+def RUN_EXPIRED_LEASES(d: Dialect) -> Any:
+    """Select a batch of running runs whose lease expired, oldest first, skipping rows others
+    hold (``expired_leases``: the reaper, to requeue them)."""
     query = (
         select(Run)
-        .where(Run.state == RunState.RUNNING.value, Run.lease_expires_at < now)
+        .where(Run.state == RunState.RUNNING.value, Run.lease_expires_at < _at("now"))
         .order_by(Run.lease_expires_at)
-        .limit(batch)
+        .limit(bindparam("batch", type_=Integer))
     )
-    return readable_rows(session, dialect(session).lock_or_skip(query))
+    return d.lock_or_skip(query)
 
 
 def held_by(session: Session, run_id: str, owner: str) -> Run | None:
     """``run_id``, locked, if it is running under ``owner``'s lease (whatever its expiry)."""
+    params = {"run_id": run_id, "owner": owner}
+    found: Run | None = session.execute(
+        dialect(session).built(RUN_HELD_BY), params
+    ).scalar_one_or_none()
+    return found
+
+
+@named("run.held_by")
+def RUN_HELD_BY(d: Dialect) -> Any:
+    """Read and lock a run if it is running under an owner's lease (``held_by``: the worker's
+    main process requeues the run of a pool child it saw die)."""
     query = select(Run).where(
-        Run.id == run_id, Run.state == RunState.RUNNING.value, Run.lease_owner == owner
+        Run.id == bindparam("run_id"),
+        Run.state == RunState.RUNNING.value,
+        Run.lease_owner == bindparam("owner"),
     )
-    return session.execute(dialect(session).lock(query)).scalar_one_or_none()
+    return d.lock(query)
 
 
 def unclaimed(
@@ -998,11 +1176,26 @@ def unclaimed(
     ``longest_wait`` after, not one per ``first_wait``; a message truly lost is still sent
     again after ``first_wait``, and one a restarted broker lost after ``longest_wait`` at most.
     """
-    strategy = dialect(session)
+    params = {
+        "now": now,
+        "now_seconds": now.timestamp(),
+        "first_cutoff": now - timedelta(seconds=first_wait),
+        "longest_cutoff": now - timedelta(seconds=longest_wait),
+        "batch": batch,
+    }
+    rows = session.execute(dialect(session).built(RUN_UNCLAIMED), params).all()
+    return [
+        (str(r.id), str(r.state), int(r.state_version), str(r.flow_name), r.next_step) for r in rows
+    ]
+
+
+@named("run.unclaimed")
+def RUN_UNCLAIMED(d: Dialect) -> Any:
+    """Select a batch of claimable runs whose dispatch is due again (waits doubling), oldest
+    dispatch first, skipping rows others hold (``unclaimed``: the reaper, to republish)."""
     dispatched = Run.dispatched_at
-    doubled = (
-        2 * strategy.epoch_seconds(dispatched) - strategy.epoch_seconds(Run.updated_at)
-        <= now.timestamp()
+    doubled = 2 * d.epoch_seconds(dispatched) - d.epoch_seconds(Run.updated_at) <= bindparam(
+        "now_seconds", type_=Float
     )
     query = (
         select(Run.id, Run.state, Run.state_version, Run.flow_name, Run.next_step)
@@ -1011,19 +1204,16 @@ def unclaimed(
             or_(
                 dispatched.is_(None),
                 and_(
-                    dispatched < now - timedelta(seconds=first_wait),
-                    or_(dispatched < now - timedelta(seconds=longest_wait), doubled),
+                    dispatched < _at("first_cutoff"),
+                    or_(dispatched < _at("longest_cutoff"), doubled),
                 ),
             ),
-            or_(Run.not_before.is_(None), Run.not_before <= now),
+            or_(Run.not_before.is_(None), Run.not_before <= _at("now")),
         )
         .order_by(dispatched)
-        .limit(batch)
+        .limit(bindparam("batch", type_=Integer))
     )
-    rows = session.execute(strategy.lock_or_skip(query)).all()
-    return [
-        (str(r.id), str(r.state), int(r.state_version), str(r.flow_name), r.next_step) for r in rows
-    ]
+    return d.lock_or_skip(query)
 
 
 def forget_dispatch(session: Session, run_ids: Collection[str], *, at: datetime) -> None:
@@ -1033,9 +1223,20 @@ def forget_dispatch(session: Session, run_ids: Collection[str], *, at: datetime)
     run would wait out its doubled wait after the broker is back. Only rows still carrying
     that dispatch change.
     """
-    session.execute(
+    params = {"run_ids": list(run_ids), "at": at}
+    session.execute(dialect(session).built(RUN_FORGET_DISPATCH), params)
+
+
+@named("run.forget_dispatch")
+def RUN_FORGET_DISPATCH(d: Dialect) -> Any:
+    """Clear the dispatch of runs still carrying one made at a moment (``forget_dispatch``:
+    the reaper, when the broker refused its republishes)."""
+    return (
         update(RUNS)
-        .where(RUNS.c.id.in_(list(run_ids)), RUNS.c.dispatched_at == at)
+        .where(
+            RUNS.c.id.in_(bindparam("run_ids", expanding=True)),
+            RUNS.c.dispatched_at == _at("at"),
+        )
         .values(dispatched_at=None)
     )
 
@@ -1047,14 +1248,22 @@ def mark_redispatched(
 
     The reaper publishes only when this returns True, so two reapers never both republish.
     """
-    result = session.execute(
+    params = {"run_id": run_id, "seen_version": state_version, "cutoff": cutoff, "now": now}
+    result = session.execute(dialect(session).built(RUN_MARK_REDISPATCHED), params)
+    return bool(result.rowcount == 1)  # type: ignore[attr-defined]
+
+
+@named("run.mark_redispatched")
+def RUN_MARK_REDISPATCHED(d: Dialect) -> Any:
+    """Record a republish of a claimable run by compare-and-set on its version and its last
+    dispatch (``mark_redispatched``: the reaper, so that two reapers never both republish)."""
+    return (
         update(RUNS)
         .where(
-            RUNS.c.id == run_id,
-            RUNS.c.state_version == state_version,
+            RUNS.c.id == bindparam("run_id"),
+            RUNS.c.state_version == bindparam("seen_version"),
             RUNS.c.state.in_(CLAIMABLE),
-            (RUNS.c.dispatched_at.is_(None)) | (RUNS.c.dispatched_at < cutoff),
+            (RUNS.c.dispatched_at.is_(None)) | (RUNS.c.dispatched_at < _at("cutoff")),
         )
-        .values(dispatched_at=now)
+        .values(dispatched_at=_at("now"))
     )
-    return bool(result.rowcount == 1)  # type: ignore[attr-defined]

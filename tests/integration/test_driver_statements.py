@@ -21,6 +21,7 @@ from models.db import dialect, get_engine, once_more_if_disconnected, transactio
 from models.driver import DriverResult, DriverStatement, NotForDriver
 from models.enums import RunState
 from models.runs import CHECKPOINTS, RUNS
+from models.statements import Registry, Statement
 from tests.services import statements_sent
 from worker import enqueue_run
 from worker.testing import TaskRecorder
@@ -40,6 +41,16 @@ def _kill_pooled_connection(url: str) -> None:
     plain = make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
     with psycopg.connect(plain, autocommit=True) as admin:
         admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+
+
+def _adhoc(name: str, statement: Any) -> Statement:
+    """``statement`` as a named statement of this test's own (not one of the engine's)."""
+
+    def build(_dialect: Any) -> Any:
+        """A statement of the driver's tests."""
+        return statement
+
+    return Registry().register(f"test.{name}")(build)
 
 
 def _both_ways(statement: Any, params: dict[str, Any]) -> tuple[list[Any], list[Any]]:
@@ -106,7 +117,7 @@ def test_a_list_given_at_execution_runs_through_sqlalchemy(pg: str, tasks: TaskR
     with transaction(readonly=True) as session:
         with pytest.raises(NotForDriver, match="ids"):
             DriverStatement(statement, session.get_bind().dialect)
-        found = dialect(session).run(session, ("test_ids_in",), lambda: statement, {"ids": ids[:2]})
+        found = dialect(session).run(session, _adhoc("ids_in", statement), (), {"ids": ids[:2]})
         assert sorted(found.scalars()) == sorted(ids[:2])
 
 
@@ -148,7 +159,7 @@ def test_a_dead_connection_is_invalidated_and_the_claim_retry_reconnects(
     def read() -> Any:
         calls.append(1)
         with transaction(readonly=True) as session:
-            return dialect(session).run(session, ("test_dead",), lambda: statement, {"rid": run_id})
+            return dialect(session).run(session, _adhoc("dead", statement), (), {"rid": run_id})
 
     # When a driver statement is run on it, by work that is tried again on a dead connection
     with pytest.raises(DBAPIError) as failed:
@@ -166,7 +177,7 @@ def test_listeners_hear_every_driver_statement(pg: str, tasks: TaskRecorder) -> 
     run_id = enqueue_run("three_steps", {"n": 1})
     statement = select(RUNS.c.id).where(RUNS.c.id == bindparam("rid"))
     with statements_sent(pg) as sent, transaction(readonly=True) as session:
-        dialect(session).run(session, ("test_heard",), lambda: statement, {"rid": run_id})
+        dialect(session).run(session, _adhoc("heard", statement), (), {"rid": run_id})
     assert sent == ["SELECT"]
 
 
@@ -191,9 +202,7 @@ def test_tracing_listeners_keep_their_state_on_the_context_between_before_and_af
     try:
         # When a driver statement runs
         with transaction(readonly=True) as session:
-            found = dialect(session).run(
-                session, ("test_traced",), lambda: statement, {"rid": run_id}
-            )
+            found = dialect(session).run(session, _adhoc("traced", statement), (), {"rid": run_id})
     finally:
         event.remove(engine, "before_cursor_execute", before)
         event.remove(engine, "after_cursor_execute", after)
@@ -233,7 +242,7 @@ def test_an_interrupted_statement_leaves_its_connection_out_of_the_pool(
     event.listen(engine, "before_cursor_execute", interrupt)
     try:
         with pytest.raises(KeyboardInterrupt), transaction(readonly=True) as session:
-            dialect(session).run(session, ("test_interrupted",), lambda: statement, {"rid": "x"})
+            dialect(session).run(session, _adhoc("interrupted", statement), (), {"rid": "x"})
     finally:
         event.remove(engine, "before_cursor_execute", interrupt)
     # ...then that connection, in an unknown state, is not handed out again

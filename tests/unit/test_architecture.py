@@ -22,6 +22,9 @@ SQLALCHEMY_ALLOWED = {
 DIALECT_MODULE = "models.dialects"
 DIALECT_CHOOSERS = frozenset({"models.db"})
 DIALECT_NAMES = frozenset({"postgresql", "postgres", "sqlite"})
+# SQL functions both databases have under one name; any other (jsonb_build_object,
+# make_interval, julianday...) is one database's, and is written in the dialect module only.
+PORTABLE_FUNCTIONS = frozenset({"count", "min", "max", "sum", "coalesce", "distinct"})
 
 
 @dataclass(frozen=True)
@@ -221,6 +224,54 @@ def test_the_dialect_is_decided_in_one_place() -> None:
                 if literals & DIALECT_NAMES:
                     found.append(f"{module.where(node)} branches on the database's name")
     assert found == [], f"dialect differences live in {DIALECT_MODULE}:\n" + "\n".join(found)
+
+
+def dialect_specific_sql(module: Module) -> list[str]:
+    """Where ``module`` imports from ``sqlalchemy.dialects`` (one database's constructs and
+    types) or calls an SQL function (``func.name``) that not both databases have."""
+    found = [
+        f"{module.where(node)} imports {imported}"
+        for node, imported, _ in _imports(module)
+        if imported == "sqlalchemy.dialects" or imported.startswith("sqlalchemy.dialects.")
+    ]
+    for node in _runtime_nodes(module.tree):
+        if not isinstance(node, ast.Attribute) or node.attr in PORTABLE_FUNCTIONS:
+            continue
+        base = node.value
+        if (isinstance(base, ast.Name) and base.id == "func") or (
+            isinstance(base, ast.Attribute) and base.attr == "func"
+        ):
+            found.append(f"{module.where(node)} calls SQL function {node.attr}")
+    return found
+
+
+def test_dialect_specific_sql_is_written_in_the_dialect_module_only() -> None:
+    found = [
+        finding
+        for module in MODULES.values()
+        if module.name != DIALECT_MODULE
+        for finding in dialect_specific_sql(module)
+    ]
+    assert found == [], f"one database's SQL belongs to {DIALECT_MODULE}:\n" + "\n".join(found)
+    # (The rule sees what it forbids where it is allowed.)
+    assert len(dialect_specific_sql(MODULES[DIALECT_MODULE])) >= 3
+
+
+def test_the_dialect_rule_sees_what_it_forbids() -> None:
+    planted = ast.parse(
+        "import sqlalchemy as sa\n"
+        "from sqlalchemy import func\n"
+        "from sqlalchemy.dialects.postgresql import JSONB\n"
+        "def f(column):\n"
+        "    return func.make_interval(0, column), sa.func.julianday(column), func.count()\n"
+    )
+    module = Module("models.planted", ROOT / "models" / "planted.py", planted)
+    found = dialect_specific_sql(module)
+    assert [f.split(" ", 1)[1] for f in found] == [
+        "imports sqlalchemy.dialects.postgresql",
+        "calls SQL function make_interval",
+        "calls SQL function julianday",
+    ]
 
 
 def test_statemachine_imports_nothing_of_ours() -> None:
