@@ -15,7 +15,7 @@ from models.inbox_queries import database_ok
 from models.settings import Settings, get_settings
 from worker.cli.output import age, timestamp, until
 from worker.flows import load_flow_modules
-from worker.web import api, inbox
+from worker.web import api, inbox, runs_api
 from worker.web.sessions import SessionStore, backend_for
 from worker.web.state import WebState
 from worker.web.throttle import RefusalLimiter
@@ -83,6 +83,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         registry=registry,
     )
     app.include_router(api.router)
+    app.include_router(runs_api.router)
     app.include_router(inbox.router)
     _add_basics(app)
     return app
