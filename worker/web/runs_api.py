@@ -16,11 +16,13 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Query, Request, Security
 from fastapi.concurrency import run_in_threadpool
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from models.contracts import ActorView
+from models.enums import RunState
 from models.errors import (
     ConfigurationError,
     InvalidInputError,
@@ -173,6 +175,7 @@ ActorHeader = Annotated[str | None, Header(alias=ACTOR_HEADER)]
 
 @router.post(
     "/runs",
+    operation_id="start_run",
     summary="Start a run",
     response_model=Started,
     status_code=201,
@@ -220,12 +223,20 @@ def _start(request: Request, body: StartRequest, actor_id: str | None, credentia
     return JSONResponse(started.model_dump(mode="json"), status_code=201 if created else 200)
 
 
-@router.get(
-    "/runs", summary="List runs", response_model=RunPage, responses=_refusals(401, 422, 429)
+@router.api_route(
+    "/runs", methods=["DELETE", "HEAD", "OPTIONS", "PATCH", "PUT", "TRACE"], include_in_schema=False
 )
+def runs_other_methods() -> JSONResponse:
+    """405 naming both methods of /v1/runs: Starlette's own names only the first route's."""
+    return JSONResponse(
+        {"detail": "Method Not Allowed"}, status_code=405, headers={"Allow": "GET, POST"}
+    )
+
+
+@router.get("/runs", summary="List runs", response_model=RunPage, responses=_refusals(401, 429))
 def list_runs(
     actor: Caller,
-    state: Annotated[str | None, Query(description="only runs in this state")] = None,
+    state: Annotated[RunState | None, Query(description="only runs in this state")] = None,
     flow: Annotated[str | None, Query(description="only runs of this flow")] = None,
     started_by: Annotated[str | None, Query(description="only runs this actor started")] = None,
     older_than: Annotated[
@@ -239,14 +250,18 @@ def list_runs(
     ] = None,
     cursor: Annotated[str | None, Query(description="the next_cursor of the page before")] = None,
     limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 50,
-) -> Any:
+) -> RunPage:
     """Runs the caller reads (its operator or viewer roles of their flow), newest first."""
+    given = Filters(state.value if state else None, flow, started_by, older_than)
     try:
-        return runs_page(
-            actor, Filters(state, flow, started_by, older_than), cursor=cursor, limit=limit
-        )
+        return runs_page(actor, given, cursor=cursor, limit=limit)
     except InvalidInputError as exc:
-        return _refused(422, str(exc))
+        # What FastAPI's checks cannot see (a cursor this listing never made, text no database
+        # holds) is refused in the same shape as what they can, naming the parameter.
+        said = str(exc)
+        name = next((n for n in ("flow", "started_by") if said.startswith(n)), "cursor")
+        problem = {"type": "value_error", "loc": ("query", name), "msg": said}
+        raise RequestValidationError([{**problem, "input": locals().get(name)}]) from None
 
 
 Action = Callable[..., str]
@@ -362,6 +377,7 @@ _ACTION_REFUSALS = _refusals(401, 403, 404, 409, 422, 429)
 
 @router.post(
     "/runs/{run_id}/cancel",
+    operation_id="cancel_run",
     summary="Cancel a run",
     response_model=Acted,
     responses=_ACTION_REFUSALS,
@@ -376,6 +392,7 @@ async def cancel(
 
 @router.post(
     "/runs/{run_id}/pause",
+    operation_id="pause_run",
     summary="Pause a run",
     response_model=Acted,
     responses=_ACTION_REFUSALS,
@@ -390,6 +407,7 @@ async def pause(
 
 @router.post(
     "/runs/{run_id}/retry",
+    operation_id="retry_run",
     summary="Retry a run",
     response_model=Acted,
     responses=_ACTION_REFUSALS,
@@ -404,6 +422,7 @@ async def retry(
 
 @router.post(
     "/runs/{run_id}/fork",
+    operation_id="fork_run",
     summary="Fork a run",
     response_model=Forked,
     status_code=201,
