@@ -134,3 +134,7 @@ class InvalidToolCallError(InterludeError):
     """the proposed call of tool {tool!r} does not fit its arguments' model: {detail}"""
 
     # The agent's mistake, not the flow's: a step may catch it and tell its model.
+
+
+class StartRefusedError(InterludeError):
+    """start of a run of flow {flow} refused ({outcome}): {reason}; nothing started"""

@@ -71,6 +71,9 @@ class Flow:
     version: int = 1
     budget: float | None = None
     operator_roles: tuple[str, ...] = ("operator",)
+    # Roles that may start its runs over HTTP (POST /v1/runs) besides the operator roles: a
+    # service that starts runs need not be able to cancel or fork them.
+    starter_roles: tuple[str, ...] = ()
     start: str | None = None
     steps: dict[str, StepDef] = field(default_factory=dict)
     revalidators: dict[str, Revalidator] = field(default_factory=dict)
@@ -120,6 +123,13 @@ class Flow:
                 f"names, got {self.operator_roles!r}"
             )
         self.operator_roles = tuple(roles)
+        starters = checked_roles(self.starter_roles) if self.starter_roles else []
+        if starters is None:
+            raise FlowDefinitionError(
+                detail=f"flow {self.name!r}: starter_roles needs a list of role names, "
+                f"got {self.starter_roles!r}"
+            )
+        self.starter_roles = tuple(starters)
         if self.start is not None and (not isinstance(self.start, str) or not self.start):
             raise FlowDefinitionError(
                 detail=f"flow {self.name!r}: start must name a step, got {self.start!r}"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from pydantic import ValidationError
@@ -28,16 +29,19 @@ from models.errors import (
     InvalidTransitionError,
     OperatorRefusedError,
     StaleStateError,
+    StartRefusedError,
 )
 from models.identity import actor_id_problem, normal_actor_id
 from models.runs import storable_text, unstorable_where
+from models.tables import Actor
 from worker import arguments, authority, dispatch
-from worker.actors import Credential
+from worker.actors import Credential, authenticate
 from worker.ask_groups import group_views
 from worker.authority import ActorType
 from worker.flows import get_flow
 from worker.interrupts import view as interrupt_view
 
+log = logging.getLogger(__name__)
 MAX_KEY = 200
 # A cancel's reason is also the run's error.
 MAX_REASON = 2000
@@ -127,6 +131,64 @@ def enqueue_run(
         return existing
     dispatch.publish_step(run_id, flow=flow.name, step=flow.first_step)
     return run_id
+
+
+def start_run(
+    flow_name: str,
+    input: Any = None,
+    idempotency_key: str | None = None,
+    *,
+    actor: str,
+    credential: str,
+    actor_type: ActorType = "service",
+) -> tuple[str, bool]:
+    """``enqueue_run`` as an actor who authenticates and holds one of the flow's operator or
+    starter roles (``Flow(starter_roles=...)``): the run, and whether this call started it
+    (False: the key started it before). The run records the actor as its starter.
+
+    Refused with StartRefusedError (logged; nothing started) when the actor does not
+    authenticate or holds none of those roles, and with InvalidInputError when the key
+    started a run of another starter: one starter's key never hands over another's run.
+    """
+    secret = Credential(credential)
+    del credential
+    who = authority.claim("start", actor, actor_type)
+    flow = get_flow(arguments.text("flow_name", flow_name))
+    allowed = (*flow.operator_roles, *flow.starter_roles)
+    with transaction() as session:
+        found = authenticate(session, who.actor_id, secret)
+        problem, outcome = _start_problem(found, who, flow.name, allowed)
+    if problem is not None:
+        log.info(
+            "start refused",
+            extra={"action": "start_refused", "flow": flow.name, "actor": who.label},
+        )
+        raise StartRefusedError(flow=flow.name, outcome=outcome, reason=problem)
+    key = arguments.optional_text("idempotency key", idempotency_key)
+    started_before = key is not None and 0 < len(key) <= MAX_KEY and bool(_by_key(key, flow.name))
+    run_id = enqueue_run(flow.name, input, key, started_by=who.actor_id)
+    if started_before:
+        with transaction(readonly=True) as session:
+            starter = store.load_run(session, run_id).started_by
+        if starter != who.actor_id:
+            raise InvalidInputError(
+                detail=f"idempotency key {key!r} already started a run of another starter"
+            )
+    return run_id, not started_before
+
+
+def _start_problem(
+    found: Actor | None, who: authority.Claim, flow: str, allowed: tuple[str, ...]
+) -> tuple[str | None, str]:
+    """Why ``who`` may not start a run of ``flow`` (None: it may), and the outcome's name."""
+    if found is None:
+        return authority.UNAUTHENTICATED, "unauthenticated"
+    if found.kind != who.actor_type:
+        return f"actor {found.id} is a {found.kind}, not a {who.actor_type}", "unauthenticated"
+    if not set(found.roles or []) & set(allowed):
+        roles = sorted(set(allowed))
+        return f"actor {found.id} holds none of the roles {roles} that start flow {flow}", "denied"
+    return None, "started"
 
 
 def _by_key(key: str, flow_name: str) -> str | None:

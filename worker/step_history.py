@@ -39,10 +39,11 @@ def list_steps(run_id: str) -> list[StepView]:
     """The run's executed steps, oldest first."""
     with transaction(readonly=True) as session:
         store.load_run(session, run_id)
-        return _steps(list(queries.checkpoints_of(session, run_id)))
+        return steps_of(list(queries.checkpoints_of(session, run_id)))
 
 
-def _steps(checkpoints: list[Any]) -> list[StepView]:
+def steps_of(checkpoints: list[Any]) -> list[StepView]:
+    """The steps a run's checkpoint rows (in order) record."""
     steps = []
     for before, after in pairwise(checkpoints):
         if after.step is None:

@@ -7,7 +7,8 @@ from typing import Any
 from tests.flows.interrupts import scratch_redis
 from worker import Flow, StepContext
 
-shipping = Flow("shipping", version=1)
+# Its runs are started by a shipping service (over HTTP) as well as by its operators.
+shipping = Flow("shipping", version=1, starter_roles=("shipper",))
 
 
 def shipments(run_id: str) -> int:

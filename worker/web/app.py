@@ -15,7 +15,8 @@ from models.inbox_queries import database_ok
 from models.settings import Settings, get_settings
 from worker.cli.output import age, timestamp, until
 from worker.flows import load_flow_modules
-from worker.web import api, inbox
+from worker.web import api, console, inbox, runs_api
+from worker.web.cards import flows_of, summary
 from worker.web.sessions import SessionStore, backend_for
 from worker.web.state import WebState
 from worker.web.throttle import RefusalLimiter
@@ -37,7 +38,7 @@ def _templates() -> Jinja2Templates:
         loader=jinja2.FileSystemLoader(HERE / "templates"),
         autoescape=True,
     )
-    env.globals.update(age=age, until=until, stamp=timestamp)
+    env.globals.update(age=age, until=until, stamp=timestamp, flows_of=flows_of, summary=summary)
     return Jinja2Templates(env=env)
 
 
@@ -83,7 +84,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         registry=registry,
     )
     app.include_router(api.router)
+    app.include_router(runs_api.router)
     app.include_router(inbox.router)
+    app.include_router(console.router)
     _add_basics(app)
     return app
 
@@ -97,7 +100,7 @@ def _add_basics(app: FastAPI) -> None:
         response.headers.setdefault("X-Content-Type-Options", "nosniff")
         response.headers.setdefault("Referrer-Policy", "no-referrer")
         path = request.url.path
-        if path.startswith("/inbox"):
+        if path.startswith(("/inbox", "/console")):
             policy = INBOX_CSP
         elif path == "/docs":
             policy = DOCS_CSP
@@ -105,7 +108,7 @@ def _add_basics(app: FastAPI) -> None:
             policy = API_CSP
         response.headers["Content-Security-Policy"] = policy
         response.headers["X-Frame-Options"] = "DENY"
-        if not path.startswith("/inbox/static"):
+        if not path.startswith(("/inbox/static", "/console/static")):
             response.headers.setdefault("Cache-Control", "no-store")
         return response
 
