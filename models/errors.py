@@ -134,3 +134,11 @@ class InvalidToolCallError(InterludeError):
     """the proposed call of tool {tool!r} does not fit its arguments' model: {detail}"""
 
     # The agent's mistake, not the flow's: a step may catch it and tell its model.
+
+
+class LinkError(InterludeError):
+    """answer links: {detail}"""
+
+
+class ContactError(InterludeError):
+    """contact {address!r}: {detail}"""

@@ -15,7 +15,7 @@ from models.inbox_queries import database_ok
 from models.settings import Settings, get_settings
 from worker.cli.output import age, timestamp, until
 from worker.flows import load_flow_modules
-from worker.web import api, inbox
+from worker.web import api, bulk, inbox, links, slack
 from worker.web.sessions import SessionStore, backend_for
 from worker.web.state import WebState
 from worker.web.throttle import RefusalLimiter
@@ -84,6 +84,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     app.include_router(api.router)
     app.include_router(inbox.router)
+    # Answer links, bulk review and chat callbacks (each answers through the gateway).
+    app.include_router(links.router)
+    app.include_router(bulk.router)
+    app.include_router(slack.router)
+    links.install_redaction()
     _add_basics(app)
     return app
 
