@@ -6,7 +6,7 @@ import hashlib
 import json
 import uuid
 from datetime import UTC, datetime, timedelta
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import rfc8785
 from pydantic import BaseModel, ConfigDict, Field, computed_field, field_validator
@@ -133,8 +133,30 @@ class ResumeContract(Frozen):
         )
 
 
+class Bindable(Protocol):
+    """What a contract binds to of an interrupt (an ``InterruptView``, or what a responder
+    was shown of one)."""
+
+    @property
+    def id(self) -> str: ...
+    @property
+    def run_id(self) -> str: ...
+    @property
+    def checkpoint_id(self) -> str: ...
+    @property
+    def scope(self) -> Any: ...
+    @property
+    def evidence_hash(self) -> str: ...
+    @property
+    def policy_version(self) -> str | None: ...
+    @property
+    def previous_input(self) -> dict[str, Any] | None: ...
+    @property
+    def default_input(self) -> dict[str, Any] | None: ...
+
+
 def contract_payload(
-    interrupt: InterruptView,
+    interrupt: Bindable,
     *,
     actor: str,
     actor_type: str = "human",
@@ -344,6 +366,8 @@ class ResumeAttemptView(Frozen):
     outcome: str
     reason: str
     payload: Any
+    # The answer link or chat callback it came through (None: the actor's credential).
+    via: str | None = None
 
 
 class CheckpointView(Frozen):

@@ -13,6 +13,7 @@ from statemachine import TERMINAL_STATES, InterruptStatus, RunState
 __all__ = [
     "TERMINAL_STATES",
     "ActorKind",
+    "ContactChannel",
     "Decision",
     "EffectStatus",
     "EventKind",
@@ -51,6 +52,13 @@ class ActorKind(StrEnum):
 
     HUMAN = "human"
     SERVICE = "service"
+
+
+class ContactChannel(StrEnum):
+    """Where an actor is reached (``actor_contacts``): the notifiers that carry answer links."""
+
+    EMAIL = "email"
+    SLACK = "slack"
 
 
 class ResumeOutcome(StrEnum):

@@ -138,3 +138,11 @@ class InvalidToolCallError(InterludeError):
 
 class StartRefusedError(InterludeError):
     """start of a run of flow {flow} refused ({outcome}): {reason}; nothing started"""
+
+
+class LinkError(InterludeError):
+    """answer links: {detail}"""
+
+
+class ContactError(InterludeError):
+    """contact {address!r}: {detail}"""

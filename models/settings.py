@@ -82,8 +82,22 @@ _URL_SCHEME = re.compile(r"([\w+]+)://")
 COMMON_BROKERS = frozenset({"redis", "rediss", "amqp", "amqps", "pyamqp", "filesystem", "memory"})
 # Never echoed in an error: they may hold a password.
 _SECRET_FIELDS = frozenset(
-    {"database_url", "broker_url", "broker_transport_options", "notify_webhook_url"}
+    {
+        "database_url",
+        "broker_url",
+        "broker_transport_options",
+        "notify_webhook_url",
+        "link_secret",
+        "smtp_password",
+        "slack_signing_secret",
+        "slack_bot_token",
+    }
 )
+# An answer link lives this long at most (and never past its interrupt's deadline).
+DEFAULT_LINK_SECONDS = 24 * 3600
+# The shortest secret answer links are signed with: 32 bytes, as token_urlsafe(32) gives.
+SHORTEST_LINK_SECRET = 32
+DEFAULT_SMTP_PORT = 587
 
 
 class Settings(BaseSettings):
@@ -192,6 +206,41 @@ class Settings(BaseSettings):
     Flower shows tasks from. Off, as in Celery: Flower turns a running worker's on itself while
     it watches. `true` turns on the worker's and the publishers' task-sent events, for a monitor
     that does not turn them on itself."""
+    link_secret: str = ""
+    """The key answer links' tokens are signed with (`worker.links`): 32 characters or more.
+    Changing it ends every link issued. Links cannot be issued while it is empty."""
+    link_seconds: int = Field(DEFAULT_LINK_SECONDS, ge=1, le=LONGEST_SECONDS)
+    """How long an answer link lives at most (never past its interrupt's deadline)."""
+    smtp_host: str = ""
+    """The e-mail notifier's SMTP server (`worker.notify_email`); off while empty."""
+    smtp_port: int = Field(DEFAULT_SMTP_PORT, ge=1, le=MAX_PORT)
+    """The SMTP server's port."""
+    smtp_security: Literal["starttls", "ssl", "none"] = "starttls"
+    """`starttls` upgrades a plain connection, `ssl` connects with TLS, `none` sends in the
+    clear (a relay on this machine)."""
+    smtp_user: str = ""
+    """The SMTP login, if the server asks for one."""
+    smtp_password: str = ""
+    """The SMTP password (never echoed in an error)."""
+    smtp_from: str = ""
+    """The sender of the e-mail notifier's messages (`interlude@<smtp host>` when empty)."""
+    slack_signing_secret: str = ""
+    """The Slack app's signing secret: `POST /v1/slack/actions` refuses every callback without
+    it, and any whose signature it does not verify."""
+    slack_bot_token: str = ""
+    """The Slack app's bot token, which the Slack notifier posts with."""
+    slack_channel: str = ""
+    """The channel the Slack notifier posts to; off while it or the bot token is empty."""
+
+    @field_validator("link_secret")
+    @classmethod
+    def _a_long_secret(cls, secret: str) -> str:
+        if secret and len(secret) < SHORTEST_LINK_SECRET:
+            raise ValueError(
+                f"at least {SHORTEST_LINK_SECRET} characters; make one with "
+                "python -c 'import secrets; print(secrets.token_urlsafe(32))'"
+            )
+        return secret
 
     @field_validator("database_url")
     @classmethod

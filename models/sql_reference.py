@@ -34,6 +34,7 @@ STORES = (
     "models.actors",
     "models.fencing",
     "models.mailbox",
+    "models.links",
 )
 PAGE = Path(__file__).resolve().parents[1] / "docs" / "reference" / "sql.md"
 REFRESH = "python -m models.sql_reference"
@@ -43,6 +44,7 @@ FAMILIES = {
     "event": "Events (the audit trail)",
     "interrupt": "Interrupts",
     "attempt": "Resume attempts",
+    "link": "Answer links",
     "actor": "Actors",
     "effect": "Effects (the ledger)",
     "mailbox": "Kept events (a run's mailbox)",

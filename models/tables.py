@@ -25,6 +25,7 @@ from sqlalchemy.orm.instrumentation import manager_of_class
 from models.dialects import BigId, Json, Timestamp
 from models.enums import (
     ActorKind,
+    ContactChannel,
     EffectStatus,
     InterruptKind,
     InterruptStatus,
@@ -253,6 +254,9 @@ class ResumeAttempt(Base):
     outcome: Mapped[str] = mapped_column(String(32))
     reason: Mapped[str] = mapped_column(Text)
     payload: Mapped[Any | None] = mapped_column(Json)
+    # How the submitter proved who answers, when not with the actor's credential: the answer
+    # link (``link:<id>``) or chat callback (``slack:<user>``) it came through.
+    via: Mapped[str | None] = mapped_column(String(80))
 
     __table_args__ = (
         CheckConstraint(f"outcome IN ({_values(ResumeOutcome)})", name="outcome"),
@@ -271,6 +275,57 @@ class Actor(Base):
     kind: Mapped[str] = mapped_column(String(16))
 
     __table_args__ = (CheckConstraint(f"kind IN ({_values(ActorKind)})", name="kind"),)
+
+
+class AnswerLink(Base):
+    """A signed, single-use, expiring answer link for one responder and one interrupt.
+
+    Only the sha256 of its token is kept. It answers as ``actor_id`` only, only the
+    interrupt at the checkpoint, scope and evidence it was issued for, only ``decisions``.
+    """
+
+    __tablename__ = "answer_links"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    token_hash: Mapped[str] = mapped_column(String(80))
+    interrupt_id: Mapped[str] = mapped_column(
+        ForeignKey("interrupts.id", ondelete="CASCADE"), index=True
+    )
+    run_id: Mapped[str] = mapped_column(String(32))
+    checkpoint_id: Mapped[str] = mapped_column(String(32))
+    scope_hash: Mapped[str] = mapped_column(String(80))
+    evidence_hash: Mapped[str] = mapped_column(String(80))
+    policy_version: Mapped[str | None] = mapped_column(String(64))
+    actor_id: Mapped[str] = mapped_column(String(200), index=True)
+    # A fingerprint of the actor's credential hash when issued: rotating (or revoking) the
+    # actor ends its links, and a later rotation does not bring them back.
+    actor_binding: Mapped[str] = mapped_column(String(80))
+    decisions: Mapped[Any] = mapped_column(Json)
+    channel: Mapped[str] = mapped_column(String(16))
+    created_at: Mapped[datetime] = mapped_column(Timestamp())
+    expires_at: Mapped[datetime] = mapped_column(Timestamp())
+    revoked_at: Mapped[datetime | None] = mapped_column(Timestamp())
+    revoked_by: Mapped[str | None] = mapped_column(String(200))
+
+
+class ActorContact(Base):
+    """Where an actor is reached, kept by the operator: an e-mail address, a Slack user.
+
+    A Slack callback answers as the actor its user is mapped to here, and only then.
+    """
+
+    __tablename__ = "actor_contacts"
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    actor_id: Mapped[str] = mapped_column(ForeignKey("actors.id", ondelete="CASCADE"), index=True)
+    channel: Mapped[str] = mapped_column(String(16))
+    address: Mapped[str] = mapped_column(String(320))
+    created_at: Mapped[datetime] = mapped_column(Timestamp())
+
+    __table_args__ = (
+        CheckConstraint(f"channel IN ({_values(ContactChannel)})", name="channel"),
+        UniqueConstraint("channel", "address"),
+    )
 
 
 class Effect(Base):

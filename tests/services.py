@@ -29,6 +29,7 @@ FLOW_MODULES = (
     "tests.flows.engine,tests.flows.interrupts,tests.flows.effects,tests.flows.expiry,"
     "tests.flows.expiry_policies,"
     "tests.flows.cli,tests.flows.effect_misuse,tests.flows.notifiers,tests.flows.agents,tests.flows.groups,tests.flows.history,"
+    "tests.flows.linked,"
     "examples.procurement,"
     "examples.deploy_gate,"
     "examples.agent"
@@ -39,8 +40,10 @@ TABLES = (
     "effects",
     "resume_attempts",
     "kept_events",
+    "answer_links",
     "interrupts",
     "runs",
+    "actor_contacts",
     "actors",
 )
 

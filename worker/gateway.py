@@ -14,7 +14,7 @@ import logging
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from pydantic import BaseModel, ValidationError
 from pydantic_core import to_jsonable_python
@@ -121,6 +121,25 @@ class SystemResume:
     released: bool = False
 
 
+class Proof(Protocol):
+    """Who answers, proven otherwise than by the actor's own credential: an answer link's
+    token, a chat's signed callback (``worker.links``, ``worker.notify_slack``).
+
+    ``verify`` is check 2 for such a submission: in the attempt's transaction, given the
+    contract and the row of the actor it names (locked for share, as for a credential), it
+    returns the actor the proof authenticates (None: unauthenticated) or raises ``Refusal``
+    (an expired or narrower proof). ``via`` is recorded on the attempt; a ``single_use``
+    proof's key answers every later use as a duplicate of its first.
+    """
+
+    via: str
+    single_use: bool
+
+    def verify(
+        self, session: Session, actor: Actor | None, contract: ResumeContract
+    ) -> Actor | None: ...
+
+
 @dataclass
 class _Attempt:
     payload: Any
@@ -131,6 +150,8 @@ class _Attempt:
     key: str | None = None
     payload_hash: str | None = None
     parsed: bool = False
+    # How the submitter authenticated when not with the actor's credential.
+    proof: Proof | None = None
 
 
 def submit_resume(
@@ -145,6 +166,20 @@ def submit_resume(
     secret = Credential(credential)
     del credential
     attempt = _Attempt(None, secret)
+    try:
+        return _submit(contract, attempt)
+    except Exception as exc:
+        return _last_resort(attempt, exc)
+
+
+def submit_proven(
+    contract: ResumeContract | Mapping[str, Any] | Any, proof: Proof, secret: str | None = None
+) -> ResumeResult:
+    """``submit_resume`` for a submitter proven by ``proof`` rather than a credential: every
+    other check, the record and the outcome are the same. ``secret`` (the proof's token) is
+    redacted wherever the submission echoes it, as a credential is."""
+    attempt = _Attempt(None, Credential(secret), proof=proof)
+    del secret
     try:
         return _submit(contract, attempt)
     except Exception as exc:
@@ -210,13 +245,23 @@ def _decide_once(contract: ResumeContract, attempt: _Attempt) -> ResumeResult:
         row, original = store.actor_and_original(
             session, normal_actor_id(contract.actor.id), contract.idempotency_key
         )
-        actor = verified(row, attempt.credential)
+        if attempt.proof is None:
+            actor = verified(row, attempt.credential)
+        else:
+            try:
+                actor = attempt.proof.verify(session, row, contract)
+            except Refusal as refusal:
+                # The proof does not cover this submission: its key stays unclaimed.
+                return _insert(session, attempt, refusal.outcome, refusal.reason, claim=False)
         if actor is None:
             return _insert(
                 session,
                 attempt,
                 ResumeOutcome.UNAUTHENTICATED,
-                "unknown actor, revoked actor or bad credential",
+                "unknown actor, revoked actor or bad credential"
+                if attempt.proof is None
+                else f"the {attempt.proof.via.partition(':')[0]} does not authenticate this "
+                "actor (unknown, revoked or another's)",
             )
         # From here on the attempt is the authenticated actor's, under the id's normal form.
         attempt.actor_id = actor.id
@@ -670,7 +715,9 @@ def _repeat(session: Session, attempt: _Attempt, original: ResumeAttempt) -> Res
     if first_hash is None and isinstance(original.payload, dict):
         # Recorded before keys were bound to payloads: hash what was stored then.
         first_hash = payload_hash(original.payload)
-    if first_hash == attempt.payload_hash:
+    single_use = attempt.proof is not None and attempt.proof.single_use
+    if first_hash == attempt.payload_hash or single_use:
+        # A single-use proof (an answer link) decides once, whatever a later use submits.
         return _insert(
             session,
             attempt,
@@ -727,6 +774,8 @@ def _attempt_values(
         # One line, whatever text of the caller's the reason repeats (ids, field names).
         "reason": _capped(redact(escape_controls(reason))),
         "payload": _stored_payload(attempt, outcome),
+        # Only when set: the answers made with a credential keep the statement they had.
+        **({"via": attempt.proof.via} if attempt.proof is not None else {}),
     }
 
 

@@ -16,6 +16,7 @@ from sqlalchemy import insert, text
 from models.db import dispose_engines, get_engine, utcnow
 from models.enums import (
     ActorKind,
+    ContactChannel,
     EffectStatus,
     InterruptKind,
     InterruptStatus,
@@ -52,6 +53,7 @@ ENUM_CHECKS = {
     "ck_interrupts_status": ("interrupts", InterruptStatus),
     "ck_resume_attempts_outcome": ("resume_attempts", ResumeOutcome),
     "ck_effects_status": ("effects", EffectStatus),
+    "ck_actor_contacts_channel": ("actor_contacts", ContactChannel),
 }
 
 

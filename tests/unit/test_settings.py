@@ -70,6 +70,8 @@ def test_the_numeric_settings_are_the_expected_ones() -> None:
             "notify_timeout_seconds",
             "notify_retries",
             "notify_backoff",
+            "link_seconds",
+            "smtp_port",
         ]
     )
 

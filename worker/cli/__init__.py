@@ -14,10 +14,12 @@ from collections.abc import Sequence
 
 from models.errors import InterludeError
 from worker.cli.actors import register as register_actors
+from worker.cli.bulk import register as register_bulk
 from worker.cli.events import register as register_events
 from worker.cli.exits import EPILOG, FAILURE, INTERRUPTED, RESUME_EXIT, CliError, status_of
 from worker.cli.flows import register as register_flows
 from worker.cli.interrupts import register as register_interrupts
+from worker.cli.links import register as register_links
 from worker.cli.ops import register as register_ops
 from worker.cli.output import Output, error, note, set_json_errors
 from worker.cli.parser import (
@@ -77,8 +79,10 @@ def build_parser() -> Parser:
         register_runs,
         register_interrupts,
         register_resume,
+        register_bulk,
         register_events,
         register_actors,
+        register_links,
         register_ops,
         register_purge,
         register_flows,

@@ -15,7 +15,7 @@ from models.inbox_queries import database_ok
 from models.settings import Settings, get_settings
 from worker.cli.output import age, timestamp, until
 from worker.flows import load_flow_modules
-from worker.web import api, console, inbox, runs_api
+from worker.web import api, bulk, console, inbox, links, runs_api, slack
 from worker.web.cards import flows_of, summary
 from worker.web.sessions import SessionStore, backend_for
 from worker.web.state import WebState
@@ -87,6 +87,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(runs_api.router)
     app.include_router(inbox.router)
     app.include_router(console.router)
+    # Answer links, bulk review and chat callbacks (each answers through the gateway).
+    app.include_router(links.router)
+    app.include_router(bulk.router)
+    app.include_router(slack.router)
+    links.install_redaction()
     _add_basics(app)
     return app
 
