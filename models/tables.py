@@ -118,6 +118,8 @@ class Run(Base):
         CheckConstraint(f"state IN ({_values(RunState)})", name="state"),
         Index(None, "state", "lease_expires_at"),
         Index(None, "flow_name", "state"),
+        # Listings of runs, newest first (the console, GET /v1/runs, runs list): read in order.
+        Index(None, "created_at"),
     )
 
 
