@@ -23,8 +23,9 @@ from models.db_errors import UPGRADE_HINT
 from models.settings import Settings, get_settings
 
 log = logging.getLogger(__name__)
-# alembic logs a line at INFO for each plugin it loads: noise at every worker's start.
-ALEMBIC_PLUGINS = "alembic.runtime.plugins"
+# alembic logs lines at INFO for each plugin it loads and each migration context it opens:
+# noise at every worker's start.
+ALEMBIC = "alembic"
 
 FIRST_WAIT = 1.0
 LONGEST_WAIT = 30.0
@@ -32,7 +33,7 @@ LONGEST_WAIT = 30.0
 
 def database_problem(url: str) -> str | None:
     """Why a worker cannot work with the database at ``url`` now, or None when it can."""
-    logging.getLogger(ALEMBIC_PLUGINS).setLevel(logging.WARNING)
+    logging.getLogger(ALEMBIC).setLevel(logging.WARNING)
     from models.migrate import schema_status
 
     try:

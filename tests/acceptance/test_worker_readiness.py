@@ -89,8 +89,10 @@ def own_broker(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     bring their own databases: they need none of the session's)."""
     url = f"{REDIS_URL}/{OWN_BROKER_DB}"
     redis_client(OWN_BROKER_DB).flushdb()
-    monkeypatch.setenv("INTERLUDE_BROKER_URL", url)
+    # Entered first: it imports the Celery app, which must be made with the session's broker
+    # (its URL is read once), or every later test of this process would publish here.
     with publishing_to(url):
+        monkeypatch.setenv("INTERLUDE_BROKER_URL", url)
         yield url
 
 
