@@ -49,6 +49,7 @@ from models.errors import (
     RunNotFoundError,
     StaleStateError,
 )
+from models.redaction import redacted
 from models.scope import Scope
 from models.statements import Write, insert_row, only_if, row_values
 from models.tables import (
@@ -188,7 +189,7 @@ def events_insert(
             "trigger": EventKind(kind).value,
             "from_state": moves[i][0] if i < len(moves) else None,
             "to_state": moves[i][1] if i < len(moves) else None,
-            "detail": detail or {},
+            "detail": redacted(detail) if detail else {},
         }
         for i, (kind, detail) in enumerate(events)
     ]
@@ -204,7 +205,7 @@ def record_refusal_once(session: Session, run_id: str, *, actor: str, reason: st
         .order_by(Event.id.desc())
         .limit(1)
     ).first()
-    if last is not None and tuple(last) == (EventKind.REFUSED.value, reason):
+    if last is not None and tuple(last) == (EventKind.REFUSED.value, redacted(reason)):
         return False
     record_event(session, run_id, actor=actor, kind=EventKind.REFUSED, detail=reason)
     return True

@@ -200,7 +200,13 @@ def record_notification(interrupt: InterruptView) -> None:
         visible = get_interrupt(interrupt.id).status
     except InterruptNotFoundError:
         visible = None
-    note = {"id": interrupt.id, "name": interrupt.name, "visible": visible, "pid": os.getpid()}
+    note = {
+        "id": interrupt.id,
+        "name": interrupt.name,
+        "visible": visible,
+        "pid": os.getpid(),
+        "previous_input": interrupt.previous_input,
+    }
     scratch_redis().rpush(f"notified:{interrupt.run_id}", json.dumps(note))
 
 
