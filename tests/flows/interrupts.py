@@ -51,7 +51,8 @@ class Shipment(BaseModel):
     tracking: str
 
 
-approval = Flow("approval", version=1)
+# "viewer" reads its runs and interrupts over HTTP, and may answer nothing.
+approval = Flow("approval", version=1, viewer_roles=("viewer",))
 
 
 @approval.step()

@@ -32,10 +32,8 @@ from worker.gateway import submit_resume
 from worker.interrupts import (
     attempts_in_view,
     count_resume_attempts,
-    get_interrupt,
-    list_interrupts,
 )
-from worker.runs import get_run, list_checkpoints, list_effects, list_events
+from worker.runs import list_checkpoints, list_effects, list_events
 from worker.step_history import StepView, list_steps
 from worker.web.auth import ACTOR_HEADER, authenticated, client_of
 from worker.web.binding import contract_for
@@ -43,6 +41,7 @@ from worker.web.bodies import read_capped
 from worker.web.outcomes import STATUS, status_of
 from worker.web.state import web_state
 from worker.web.throttle import Throttled
+from worker.web.visibility import readable_interrupt, readable_run
 
 router = APIRouter(prefix="/v1", tags=["resume API"])
 # Beyond this a body is kept only as its beginning: the gateway records it as malformed.
@@ -133,8 +132,11 @@ def pending_interrupts(
 
 @router.get("/interrupts/{interrupt_id}", response_model=InterruptDetail)
 def interrupt_detail(interrupt_id: str, actor: Caller) -> InterruptDetail:
-    """One interrupt as a responder sees it, and a ``resume.v1`` template bound to it."""
-    interrupt = get_interrupt(interrupt_id)
+    """One interrupt as a responder sees it, and a ``resume.v1`` template bound to it.
+
+    Readable by the roles it asks and its flow's operator and viewer roles; to anyone else it
+    is not found."""
+    interrupt = readable_interrupt(actor, interrupt_id)
     return InterruptDetail(
         interrupt=interrupt, template=contract_for(interrupt, actor.id, actor_type=actor.kind)
     )
@@ -142,13 +144,16 @@ def interrupt_detail(interrupt_id: str, actor: Caller) -> InterruptDetail:
 
 @router.get("/runs/{run_id}", response_model=RunDetail)
 def run_detail(run_id: str, actor: Caller) -> RunDetail:
-    """A run's state and its timeline: checkpoints, interrupts, attempts, effects, events."""
-    run = get_run(run_id)
+    """A run's state and its timeline: checkpoints, interrupts, attempts, effects, events.
+
+    Readable by its flow's operator and viewer roles and the roles its interrupts ask; to
+    anyone else it is not found."""
+    run, interrupts = readable_run(actor, run_id)
     entries = timeline(
         list_checkpoints(run.id),
         list_events(run.id),
         list_effects(run.id),
-        list_interrupts(run_id=run.id),
+        interrupts,
         attempts_in_view(run.id),
     )
     return RunDetail(run=run, timeline=entries, attempt_counts=count_resume_attempts(run.id))
@@ -156,8 +161,10 @@ def run_detail(run_id: str, actor: Caller) -> RunDetail:
 
 @router.get("/runs/{run_id}/steps", response_model=list[StepView])
 def run_steps(run_id: str, actor: Caller) -> list[StepView]:
-    """Each step the run executed: when it started, how long it took, what it changed."""
-    get_run(run_id)  # (a missing run answers as run_detail does)
+    """Each step the run executed: when it started, how long it took, what it changed.
+
+    Readable as the run is (``run_detail``); to anyone else it is not found."""
+    readable_run(actor, run_id)
     return list_steps(run_id)
 
 
