@@ -20,10 +20,13 @@ from sqlalchemy.exc import SQLAlchemyError
 from models.contracts import InterruptView
 from models.db import transaction, utcnow
 from models.enums import InterruptKind, InterruptStatus
-from models.errors import InvalidInputError
+from models.errors import InterludeError, InvalidInputError
+from models.runs import storable_id
+from models.settings import LONGEST_SECONDS
 from models.tables import Interrupt, Run
 
 MAX_PAGE = 200
+BAD_CURSOR = "cursor is not one this inbox returned"
 # Rows read per query while looking for interrupts the roles match.
 SCAN_BATCH = 500
 
@@ -46,11 +49,21 @@ def decode_cursor(cursor: str) -> tuple[datetime, str]:
         padded = cursor + "=" * (-len(cursor) % 4)
         at, _, interrupt_id = base64.urlsafe_b64decode(padded).decode().partition("|")
         created_at = datetime.fromisoformat(at)
-    except (binascii.Error, UnicodeDecodeError, ValueError):
-        raise InvalidInputError(detail="cursor is not one this inbox returned") from None
-    if created_at.tzinfo is None or not interrupt_id:
-        raise InvalidInputError(detail="cursor is not one this inbox returned")
-    return created_at, interrupt_id
+        # In UTC here: 9999-12-31T23:00:00-05:00 is past the last moment a datetime holds.
+        in_utc = created_at.astimezone(UTC) if created_at.tzinfo is not None else None
+    except (binascii.Error, UnicodeDecodeError, ValueError, OverflowError):
+        raise InvalidInputError(detail=BAD_CURSOR) from None
+    # (An id with a NUL would be sent to PostgreSQL, which refuses to read it.)
+    if in_utc is None or not interrupt_id or not storable_id(interrupt_id):
+        raise InvalidInputError(detail=BAD_CURSOR)
+    return in_utc, interrupt_id
+
+
+def checked_age(age: float) -> float:
+    """``age`` (seconds) if an age filter can hold it, else InvalidInputError."""
+    if not 0 <= age <= LONGEST_SECONDS:  # (NaN and infinities included)
+        raise InvalidInputError(detail=f"age filters must be 0 to {LONGEST_SECONDS} seconds")
+    return age
 
 
 def answerable_interrupts(
@@ -84,9 +97,7 @@ def answerable_interrupts(
     for age, newer in ((min_age, False), (max_age, True)):
         if age is None:
             continue
-        if not age >= 0:
-            raise InvalidInputError(detail="age filters must be non-negative seconds")
-        edge = now - timedelta(seconds=age)
+        edge = now - timedelta(seconds=checked_age(age))
         query = query.where(Interrupt.created_at >= edge if newer else Interrupt.created_at <= edge)
     position = decode_cursor(cursor) if cursor is not None else None
     items: list[InterruptView] = []
@@ -129,6 +140,8 @@ def database_ok() -> bool:
     try:
         with transaction(readonly=True) as session:
             session.execute(select(literal(1))).scalar_one()
-    except SQLAlchemyError:
+    except (SQLAlchemyError, InterludeError, ValueError):
+        # Unreachable, refused, or configured with a URL that names no database (a health
+        # check answers 503 for each, never an error of its own).
         return False
     return True

@@ -197,6 +197,7 @@ class Settings(BaseSettings):
         backend = _scheme(url, "postgresql://user@host/db or sqlite:///file.db")
         if backend not in SUPPORTED_DATABASES:
             raise ValueError(f"unsupported database {backend!r}: use postgresql:// or sqlite://")
+        _readable_database_url(url)
         return url
 
     @field_validator("broker_url")
@@ -275,6 +276,25 @@ def _kombu_transports() -> frozenset[str]:
     from kombu.transport import TRANSPORT_ALIASES
 
     return frozenset(TRANSPORT_ALIASES)
+
+
+def _readable_database_url(url: str) -> None:
+    """ValueError unless SQLAlchemy reads ``url`` and its port is one (else every command and
+    the web server's health check failed with a traceback of SQLAlchemy's, at first use)."""
+    # Imported here: only a command that uses the database pays for SQLAlchemy's import.
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        port = make_url(url).port
+    except (ArgumentError, ValueError):
+        # SQLAlchemy's own message quotes the URL, password included: it is not passed on.
+        raise ValueError(
+            "not a URL SQLAlchemy can read (check the host, the port and that a password's "
+            "special characters are %-escaped)"
+        ) from None
+    if port is not None and not 0 < port <= MAX_PORT:
+        raise ValueError(f"the port must be 1 to {MAX_PORT}, got {port}")
 
 
 def _scheme(url: str, example: str) -> str:

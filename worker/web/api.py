@@ -12,6 +12,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Header, HTTPException, Query, Request, Security
 from fastapi.concurrency import run_in_threadpool
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel
@@ -23,9 +24,10 @@ from models.contracts import (
     ResumeResult,
     RunView,
 )
-from models.enums import ResumeOutcome
+from models.enums import InterruptKind, ResumeOutcome
 from models.errors import InvalidInputError
 from models.inbox_queries import MAX_PAGE, answerable_interrupts
+from models.settings import LONGEST_SECONDS
 from worker.cli.timeline import Entry, timeline
 from worker.events import send_event
 from worker.gateway import submit_resume
@@ -47,6 +49,35 @@ router = APIRouter(prefix="/v1", tags=["resume API"])
 # Beyond this a body is kept only as its beginning: the gateway records it as malformed.
 MAX_BODY = 256 * 1024
 _bearer = HTTPBearer(auto_error=False, description="the actor's credential (ilc_…)")
+
+
+class Refused(BaseModel):
+    """Why a request was refused, in one line."""
+
+    detail: str
+
+
+_RETRY_AFTER = {"Retry-After": {"description": "seconds to wait", "schema": {"type": "string"}}}
+THROTTLED: dict[int | str, dict[str, Any]] = {
+    429: {
+        "model": Refused,
+        "description": "too many refused attempts from this client or actor",
+        "headers": _RETRY_AFTER,
+    }
+}
+READ_REFUSALS: dict[int | str, dict[str, Any]] = {
+    401: {
+        "model": Refused,
+        "description": "unknown actor, revoked actor or bad credential",
+        "headers": {"WWW-Authenticate": {"schema": {"type": "string"}}},
+    },
+    **THROTTLED,
+}
+# Not there, or not the caller's to read: the same answer (worker.web.visibility).
+NOT_FOUND: dict[int | str, dict[str, Any]] = {
+    **READ_REFUSALS,
+    404: {"model": Refused, "description": "no such record the caller may read"},
+}
 
 
 class InterruptPage(BaseModel):
@@ -105,13 +136,18 @@ def caller(
 Caller = Annotated[ActorView, Depends(caller)]
 
 
-@router.get("/interrupts", response_model=InterruptPage)
+def _age(description: str) -> Any:
+    # Finite and at most what a deadline may be: 1e308 or inf would overflow a date.
+    return Query(ge=0, le=LONGEST_SECONDS, allow_inf_nan=False, description=description)
+
+
+@router.get("/interrupts", response_model=InterruptPage, responses=READ_REFUSALS)
 def pending_interrupts(
     actor: Caller,
-    kind: str | None = None,
-    min_age: Annotated[float | None, Query(ge=0, description="seconds waited, at least")] = None,
-    max_age: Annotated[float | None, Query(ge=0, description="seconds waited, at most")] = None,
-    cursor: str | None = None,
+    kind: InterruptKind | None = None,
+    min_age: Annotated[float | None, _age("seconds waited, at least")] = None,
+    max_age: Annotated[float | None, _age("seconds waited, at most")] = None,
+    cursor: Annotated[str | None, Query(description="the next_cursor of the page before")] = None,
     limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 50,
 ) -> InterruptPage:
     """Pending interrupts the caller may answer (by role), oldest first."""
@@ -126,11 +162,13 @@ def pending_interrupts(
             limit=limit,
         )
     except InvalidInputError as exc:
-        raise HTTPException(422, str(exc)) from None
+        # The parameters were checked above but the cursor, which only the query can read.
+        problem = {"type": "value_error", "loc": ("query", "cursor"), "msg": str(exc)}
+        raise RequestValidationError([{**problem, "input": cursor}]) from None
     return InterruptPage(items=page.items, next_cursor=page.next_cursor)
 
 
-@router.get("/interrupts/{interrupt_id}", response_model=InterruptDetail)
+@router.get("/interrupts/{interrupt_id}", response_model=InterruptDetail, responses=NOT_FOUND)
 def interrupt_detail(interrupt_id: str, actor: Caller) -> InterruptDetail:
     """One interrupt as a responder sees it, and a ``resume.v1`` template bound to it.
 
@@ -142,7 +180,7 @@ def interrupt_detail(interrupt_id: str, actor: Caller) -> InterruptDetail:
     )
 
 
-@router.get("/runs/{run_id}", response_model=RunDetail)
+@router.get("/runs/{run_id}", response_model=RunDetail, responses=NOT_FOUND)
 def run_detail(run_id: str, actor: Caller) -> RunDetail:
     """A run's state and its timeline: checkpoints, interrupts, attempts, effects, events.
 
@@ -175,7 +213,7 @@ _RESPONSES: dict[int | str, dict[str, Any]] = {
     }
     for code in sorted(set(STATUS.values()))
 }
-_RESPONSES[429] = {"description": "too many refused attempts from this client or actor"}
+_RESPONSES.update(THROTTLED)
 
 
 @router.post(
