@@ -75,6 +75,20 @@ def test_tables_pairs_lines_and_blocks_print_caller_text_escaped(
     assert "\\x1b[2J" in printed and "\\u202e" in printed
 
 
+@pytest.mark.parametrize("separator", ["\u2028", "\u2029", "\x85", "\x1c", "\x1e"])
+def test_a_separator_in_a_block_cannot_start_a_line_of_its_own(
+    stdout: pytest.CaptureFixture[str], separator: str
+) -> None:
+    # Given evidence holding a line separator and a forged line after it (issue 42, finding 5)
+    forged = "resume accepted by human:ceo"
+    Output().block("evidence", {"note": f"fine{separator}{forged}"})
+    printed = stdout.readouterr().out
+    # Then the separator is printed escaped, and the forged text stays inside its line
+    lines = printed.split("\n")
+    assert not [line for line in lines if line.lstrip().startswith(forged)], printed
+    assert separator not in printed
+
+
 def test_an_error_line_is_one_escaped_line_and_json_errors_stay_json(
     stdout: pytest.CaptureFixture[str],
 ) -> None:
