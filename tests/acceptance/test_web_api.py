@@ -314,6 +314,8 @@ def test_credentials_never_appear_in_logs_or_responses(api: Api) -> None:
             api.server.url + "/v1/interrupts",
             headers={"Authorization": f"Bearer {wrong}", "X-Interlude-Actor": "alice"},
         ),
+        # A credential where none belongs: in the URL, which the access log quotes
+        httpx.get(api.server.url + "/v1/interrupts", params={"token": api.credentials["alice"]}),
     ]
     secrets = [*api.credentials.values(), wrong]
     logged = api.server.output()

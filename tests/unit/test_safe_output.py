@@ -187,3 +187,27 @@ def test_uvicorn_logging_config_escapes_every_handler() -> None:
     logging.config.dictConfig(config)
     handler = logging.getLogger("uvicorn.access").handlers[0]
     assert any(isinstance(f, runlog.EscapeControls) for f in handler.filters)
+
+
+def test_the_access_log_redacts_a_credential_sent_in_a_url(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # Given uvicorn's logging as interlude serve configures it (issue 42, finding 10)
+    from uvicorn.config import LOGGING_CONFIG
+
+    logging.config.dictConfig(runlog.escaped_config(LOGGING_CONFIG))
+    credential = "ilc_" + "k9-Q" * 11
+    # When a request's URL carries a credential in its query
+    logging.getLogger("uvicorn.access").info(
+        '%s - "%s %s HTTP/%s" %d',
+        "127.0.0.1:50000",
+        "GET",
+        f"/v1/interrupts?token={credential}",
+        "1.1",
+        401,
+    )
+    # Then the access log line names the request, not the credential
+    logged = capsys.readouterr()
+    line = logged.out + logged.err
+    assert "GET /v1/interrupts?token=ilc_[redacted] HTTP/1.1" in line
+    assert credential not in line
