@@ -33,6 +33,8 @@ DEFAULT_WEB_ACTOR_LIMIT = "20/minute"
 DEFAULT_WEB_SESSION_SECONDS = 8 * 3600
 # An inbox session with no request for this long ends (OWASP's guidance: 15 to 30 minutes).
 DEFAULT_WEB_IDLE_SECONDS = 30 * 60
+# A request head (request line and headers) must arrive within this many seconds.
+DEFAULT_WEB_HEAD_SECONDS = 10.0
 DEFAULT_SWEEP_INTERVAL = 5.0
 DEFAULT_REAP_INTERVAL = 10.0
 ENV_PREFIX = "INTERLUDE_"
@@ -156,6 +158,10 @@ class Settings(BaseSettings):
     """How long an inbox session lasts after sign-in, in seconds."""
     web_idle_seconds: int = Field(DEFAULT_WEB_IDLE_SECONDS, ge=1, le=LONGEST_SECONDS)
     """An inbox session with no request for this long ends sooner, in seconds."""
+    web_head_seconds: Seconds = DEFAULT_WEB_HEAD_SECONDS
+    """A connection whose request line and headers have not all arrived this many seconds
+    after it opened (or after the response before it) is closed: a client trickling headers
+    holds no socket for long."""
     web_secure_cookie: bool = False
     """Mark the session cookie `Secure`: set it when the inbox is served over HTTPS."""
     notify_webhook_url: str = ""
