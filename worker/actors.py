@@ -199,16 +199,19 @@ def list_actors() -> list[ActorView]:
         ]
 
 
-def authenticate(session: Session, actor_id: str, credential: object) -> Actor | None:
+def authenticate(
+    session: Session, actor_id: str, credential: object, *, for_decision: bool = True
+) -> Actor | None:
     """The active actor whose stored hash matches ``credential`` (constant-time), else None.
 
-    ``actor_id`` is compared in its normal form. The row is locked for share until the
-    caller's transaction ends: a revoke or rotation committing meanwhile is ordered after the
-    decision made with it, not in the middle of it.
+    ``actor_id`` is compared in its normal form. ``for_decision``: the row is locked for share
+    until the caller's transaction ends, so that a revoke or rotation committing meanwhile is
+    ordered after the decision made with it, not in the middle of it. A read decides nothing
+    and takes no lock: on PostgreSQL the lock is a write, taken only when the actor exists,
+    and its cost would tell who exists.
     """
-    return verified(
-        store.get_actor(session, normal_actor_id(actor_id), for_decision=True), credential
-    )
+    row = store.get_actor(session, normal_actor_id(actor_id), for_decision=for_decision)
+    return verified(row, credential)
 
 
 def verified(actor: Actor | None, credential: object) -> Actor | None:
