@@ -20,13 +20,12 @@ from pydantic import BaseModel
 from models.contracts import (
     ActorView,
     InterruptView,
-    ResumeContract,
     ResumeResult,
     RunView,
 )
 from models.enums import InterruptKind, ResumeOutcome
 from models.errors import InvalidInputError
-from models.inbox_queries import MAX_PAGE, answerable_interrupts
+from models.inbox_queries import CURSOR_PATTERN, MAX_PAGE, answerable_interrupts
 from models.settings import LONGEST_SECONDS
 from worker.cli.timeline import Entry, timeline
 from worker.events import send_event
@@ -141,13 +140,20 @@ def _age(description: str) -> Any:
     return Query(ge=0, le=LONGEST_SECONDS, allow_inf_nan=False, description=description)
 
 
-@router.get("/interrupts", response_model=InterruptPage, responses=READ_REFUSALS)
+@router.get(
+    "/interrupts",
+    operation_id="list_interrupts",
+    response_model=InterruptPage,
+    responses=READ_REFUSALS,
+)
 def pending_interrupts(
     actor: Caller,
     kind: InterruptKind | None = None,
     min_age: Annotated[float | None, _age("seconds waited, at least")] = None,
     max_age: Annotated[float | None, _age("seconds waited, at most")] = None,
-    cursor: Annotated[str | None, Query(description="the next_cursor of the page before")] = None,
+    cursor: Annotated[
+        str | None, Query(pattern=CURSOR_PATTERN, description="the next_cursor of a page")
+    ] = None,
     limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 50,
 ) -> InterruptPage:
     """Pending interrupts the caller may answer (by role), oldest first."""
@@ -168,7 +174,12 @@ def pending_interrupts(
     return InterruptPage(items=page.items, next_cursor=page.next_cursor)
 
 
-@router.get("/interrupts/{interrupt_id}", response_model=InterruptDetail, responses=NOT_FOUND)
+@router.get(
+    "/interrupts/{interrupt_id}",
+    operation_id="get_interrupt",
+    response_model=InterruptDetail,
+    responses=NOT_FOUND,
+)
 def interrupt_detail(interrupt_id: str, actor: Caller) -> InterruptDetail:
     """One interrupt as a responder sees it, and a ``resume.v1`` template bound to it.
 
@@ -180,7 +191,7 @@ def interrupt_detail(interrupt_id: str, actor: Caller) -> InterruptDetail:
     )
 
 
-@router.get("/runs/{run_id}", response_model=RunDetail, responses=NOT_FOUND)
+@router.get("/runs/{run_id}", operation_id="get_run", response_model=RunDetail, responses=NOT_FOUND)
 def run_detail(run_id: str, actor: Caller) -> RunDetail:
     """A run's state and its timeline: checkpoints, interrupts, attempts, effects, events.
 
@@ -218,15 +229,12 @@ _RESPONSES.update(THROTTLED)
 
 @router.post(
     "/resume",
+    operation_id="submit_resume",
     response_model=ResumeResult,
     status_code=202,
+    # The body, a ResumeContract, is read here (whatever arrives is recorded): the document
+    # describes it (worker.web.openapi).
     responses=_RESPONSES,
-    openapi_extra={
-        "requestBody": {
-            "required": True,
-            "content": {"application/json": {"schema": ResumeContract.model_json_schema()}},
-        }
-    },
 )
 async def resume(
     request: Request,

@@ -26,6 +26,7 @@ from models.settings import Settings, get_settings
 from worker.cli.output import age, timestamp, until
 from worker.flows import load_flow_modules
 from worker.web import api, inbox
+from worker.web.openapi import document
 from worker.web.sessions import SessionStore, backend_for
 from worker.web.state import WebState
 from worker.web.throttle import RefusalLimiter
@@ -115,6 +116,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(api.router)
     app.include_router(inbox.router)
     _add_basics(app)
+    app.openapi = lambda: document(app)  # type: ignore[method-assign]
     return app
 
 
@@ -163,6 +165,7 @@ def _add_basics(app: FastAPI) -> None:
 
     @app.get(
         "/healthz",
+        operation_id="health",
         tags=["operations"],
         response_model=Health,
         responses={503: {"model": Health, "description": "the database does not answer"}},
@@ -177,6 +180,7 @@ def _add_basics(app: FastAPI) -> None:
 
     @app.get(
         "/metrics",
+        operation_id="metrics",
         tags=["operations"],
         response_class=PlainTextResponse,
         responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}}},
