@@ -63,6 +63,7 @@ def test_the_numeric_settings_are_the_expected_ones() -> None:
             "web_port",
             "web_session_seconds",
             "web_idle_seconds",
+            "web_head_seconds",
             "sweep_interval",
             "reap_interval",
             "effect_margin",
