@@ -84,7 +84,9 @@ def test_health_and_openapi(web_server: WebServer) -> None:
         "/v1/interrupts/{interrupt_id}",
         "/v1/runs/{run_id}",
     } <= set(spec["paths"])
-    assert "resume.v1" in str(spec["paths"]["/v1/resume"]["post"]["requestBody"])
+    body = spec["paths"]["/v1/resume"]["post"]["requestBody"]["content"]["application/json"]
+    assert body["schema"] == {"$ref": "#/components/schemas/ResumeContract"}
+    assert "resume.v1" in str(spec["components"]["schemas"]["ResumeContract"])
     docs = httpx.get(web_server.url + "/docs")
     assert docs.status_code == 200
     # No page of the server may be framed; the API's answers may load or run nothing
