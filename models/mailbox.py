@@ -14,6 +14,7 @@ from sqlalchemy import Table, func, select, update
 from sqlalchemy.orm import Session
 
 from models.db import dialect, utcnow
+from models.redaction import redacted
 from models.tables import KeptEvent
 
 KEPT: Table = KeptEvent.__table__  # type: ignore[assignment]
@@ -25,7 +26,7 @@ def keep(
     kept = KeptEvent(
         run_id=run_id,
         name=name,
-        payload=payload,
+        payload=redacted(payload),
         sender=sender,
         sender_kind=sender_kind,
         arrived_at=utcnow(),

@@ -19,6 +19,7 @@ from worker import (
     get_interrupt,
     get_run,
     list_resume_attempts,
+    send_event,
     submit_resume,
 )
 from worker.cli import main
@@ -117,3 +118,28 @@ def test_an_operators_reason_is_recorded_without_a_credential(db: str, tasks: Ta
     details = json.dumps([e.detail for e in list_events(run_id)])
     assert f"leaked {REDACTED}, sorry" in details
     assert SOMEONE_ELSES not in details
+
+
+def test_a_credential_pasted_into_an_event_is_kept_nowhere(db: str, tasks: TaskRecorder) -> None:
+    # Given a run of the payment flow, which waits for the bank's event
+    bank = add_actor("bank", ["payments"], kind="service")
+    run_id = enqueue_run("payment", {})
+    # When the bank sends it before the run asks, with its credential in the reference
+    sent = send_event(
+        run_id,
+        "payment_received",
+        {"reference": f"PO-1 {bank}", "amount": 5},
+        actor="bank",
+        credential=bank,
+        idempotency_key="k-1",
+    )
+    # Then the event is kept, and what is kept holds no credential
+    assert sent.outcome == "kept", sent.reason
+    [kept] = get_run(run_id).kept_events
+    assert kept.payload == {"reference": f"PO-1 {REDACTED}", "amount": 5}
+    # And the run takes it as kept
+    assert drain_finished(run_id) == "succeeded"
+    readable = get_run(run_id).model_dump_json() + json.dumps(
+        [e.model_dump(mode="json") for e in list_events(run_id)]
+    )
+    assert bank not in readable

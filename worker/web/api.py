@@ -8,14 +8,14 @@ Callers authenticate with ``Authorization: Bearer <credential>``; reads name the
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Header, HTTPException, Query, Request, Security
 from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from models.contracts import (
     ActorView,
@@ -208,7 +208,12 @@ def run_detail(run_id: str, actor: Caller) -> RunDetail:
     return RunDetail(run=run, timeline=entries, attempt_counts=count_resume_attempts(run.id))
 
 
-@router.get("/runs/{run_id}/steps", response_model=list[StepView])
+@router.get(
+    "/runs/{run_id}/steps",
+    operation_id="list_steps",
+    response_model=list[StepView],
+    responses=NOT_FOUND,
+)
 def run_steps(run_id: str, actor: Caller) -> list[StepView]:
     """Each step the run executed: when it started, how long it took, what it changed.
 
@@ -273,18 +278,27 @@ async def _body(request: Request) -> Any:
         return raw.decode("utf-8", "replace")
 
 
-class EventSubmission(BaseModel):
-    """An event for a run (``event.v1``): kept until the run asks for it, if it does not yet."""
+class EventSender(BaseModel):
+    type: Literal["human", "service"] = "service"
+    id: str = Field(min_length=1, max_length=200)
 
-    run_id: str
-    event: str
+
+class EventSubmission(BaseModel):
+    """An event for a run (``event.v1``): kept until the run asks for it, if it does not yet.
+
+    Documents the body (read as sent: whatever arrives is recorded); its bounds are those
+    ``send_event`` refuses past, as malformed."""
+
+    run_id: str = Field(min_length=1, max_length=200)
+    event: str = Field(min_length=1, max_length=200)
     payload: dict[str, Any]
-    actor: dict[str, str]
-    idempotency_key: str
+    actor: EventSender
+    idempotency_key: str = Field(min_length=1, max_length=200)
 
 
 @router.post(
     "/events",
+    operation_id="send_event",
     response_model=ResumeResult,
     status_code=202,
     responses=_RESPONSES,

@@ -69,10 +69,16 @@ def document(app: FastAPI) -> dict[str, Any]:
         for operation in path.values()
         if "operationId" in operation
     }
-    operations["submit_resume"]["requestBody"] = {
-        "required": True,
-        "content": {"application/json": {"schema": {"$ref": f"{COMPONENTS}ResumeContract"}}},
-    }
+    operations["submit_resume"]["requestBody"] = _body_of("ResumeContract")
+    # Other bodies a route reads itself (declared inline): components too, storable alike.
+    for operation in operations.values():
+        inline = operation.get("requestBody", {}).get("content", {}).get("application/json")
+        schema = inline.get("schema", {}) if inline else {}
+        if "title" in schema and "$ref" not in schema:
+            for name, nested in schema.pop("$defs", {}).items():
+                schemas[name] = _storable(nested)
+            schemas[schema["title"]] = _storable(schema)
+            operation["requestBody"] = _body_of(schema["title"])
     for source, status, name, target, parameters, body in LINKS:
         link: dict[str, Any] = {"operationId": target}
         if parameters:
@@ -83,6 +89,13 @@ def document(app: FastAPI) -> dict[str, Any]:
         response.setdefault("links", {})[name] = link
     app.openapi_schema = doc
     return doc
+
+
+def _body_of(component: str) -> dict[str, Any]:
+    return {
+        "required": True,
+        "content": {"application/json": {"schema": {"$ref": f"{COMPONENTS}{component}"}}},
+    }
 
 
 def _storable(schema: dict[str, Any]) -> dict[str, Any]:
