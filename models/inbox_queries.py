@@ -8,8 +8,7 @@ interrupts are answered or added.
 
 from __future__ import annotations
 
-import base64
-import binascii
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -20,10 +19,17 @@ from sqlalchemy.exc import SQLAlchemyError
 from models.contracts import InterruptView
 from models.db import transaction, utcnow
 from models.enums import InterruptKind, InterruptStatus
-from models.errors import InvalidInputError
+from models.errors import InterludeError, InvalidInputError
+from models.settings import LONGEST_SECONDS
 from models.tables import Interrupt, Run
 
 MAX_PAGE = 200
+BAD_CURSOR = "cursor is not one this inbox returned"
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+# A page's position: when its last interrupt was raised (at most 16 digits of microseconds:
+# until the year 2286, well inside what a datetime holds) and that interrupt's id.
+CURSOR_PATTERN = r"^([0-9]{1,16})\.([0-9A-Za-z_-]{1,64})$"
+CURSOR = re.compile(CURSOR_PATTERN)
 # Rows read per query while looking for interrupts the roles match.
 SCAN_BATCH = 500
 
@@ -36,21 +42,26 @@ class InboxPage:
 
 
 def encode_cursor(created_at: datetime, interrupt_id: str) -> str:
-    raw = f"{created_at.astimezone(UTC).isoformat()}|{interrupt_id}".encode()
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+    """``<microseconds since 1970, UTC>.<interrupt id>``: every text of this shape (CURSOR) is a
+    position, so the API's document can say what a cursor is."""
+    micros = (created_at.astimezone(UTC) - EPOCH) // timedelta(microseconds=1)
+    return f"{micros}.{interrupt_id}"
 
 
 def decode_cursor(cursor: str) -> tuple[datetime, str]:
-    """The position a cursor names; InvalidInputError for anything this module did not make."""
-    try:
-        padded = cursor + "=" * (-len(cursor) % 4)
-        at, _, interrupt_id = base64.urlsafe_b64decode(padded).decode().partition("|")
-        created_at = datetime.fromisoformat(at)
-    except (binascii.Error, UnicodeDecodeError, ValueError):
-        raise InvalidInputError(detail="cursor is not one this inbox returned") from None
-    if created_at.tzinfo is None or not interrupt_id:
-        raise InvalidInputError(detail="cursor is not one this inbox returned")
-    return created_at, interrupt_id
+    """The position a cursor names; InvalidInputError for text of another shape."""
+    found = CURSOR.fullmatch(cursor)
+    if found is None:
+        raise InvalidInputError(detail=BAD_CURSOR)
+    micros, interrupt_id = found.groups()
+    return EPOCH + timedelta(microseconds=int(micros)), interrupt_id
+
+
+def checked_age(age: float) -> float:
+    """``age`` (seconds) if an age filter can hold it, else InvalidInputError."""
+    if not 0 <= age <= LONGEST_SECONDS:  # (NaN and infinities included)
+        raise InvalidInputError(detail=f"age filters must be 0 to {LONGEST_SECONDS} seconds")
+    return age
 
 
 def answerable_interrupts(
@@ -84,9 +95,7 @@ def answerable_interrupts(
     for age, newer in ((min_age, False), (max_age, True)):
         if age is None:
             continue
-        if not age >= 0:
-            raise InvalidInputError(detail="age filters must be non-negative seconds")
-        edge = now - timedelta(seconds=age)
+        edge = now - timedelta(seconds=checked_age(age))
         query = query.where(Interrupt.created_at >= edge if newer else Interrupt.created_at <= edge)
     position = decode_cursor(cursor) if cursor is not None else None
     items: list[InterruptView] = []
@@ -129,6 +138,8 @@ def database_ok() -> bool:
     try:
         with transaction(readonly=True) as session:
             session.execute(select(literal(1))).scalar_one()
-    except SQLAlchemyError:
+    except (SQLAlchemyError, InterludeError, ValueError):
+        # Unreachable, refused, or configured with a URL that names no database (a health
+        # check answers 503 for each, never an error of its own).
         return False
     return True

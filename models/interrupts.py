@@ -24,6 +24,7 @@ from models.contracts import InterruptDecl
 from models.db import dialect, readable_rows, utcnow
 from models.dialects import Dialect
 from models.enums import EventKind, InterruptStatus
+from models.redaction import redacted_row
 from models.runs import RUNS, new_id, storable_id
 from models.statements import Write, insert_row, named, only_if, row_values
 from models.tables import Actor, Interrupt, ResumeAttempt, Run, from_row
@@ -60,7 +61,7 @@ def new_interrupt(
     INSERT that writes it with the run's ``suspend`` (see ``interrupt_event``)."""
     now = utcnow()
     interrupt = Interrupt(
-        **decl.model_dump(exclude={"expires_in"}),
+        **redacted_row(decl.model_dump(exclude={"expires_in"})),
         id=new_id(),
         run_id=run.id,
         status=PENDING,
@@ -111,7 +112,7 @@ def transition_write(
     (riding along another statement, guarded on its rows), and the values it sets: ``moved``
     gives them to ``interrupt`` once it is written."""
     sources = tuple(s.value for s in interrupt_sources(trigger))
-    values = {**values, "status": interrupt_destination(trigger, sources[0]).value}
+    values = redacted_row({**values, "status": interrupt_destination(trigger, sources[0]).value})
     values.setdefault("resolved_at", utcnow())
     params = {f"to_{k}": v for k, v in values.items()}
     params["moved_interrupt"] = interrupt.id
@@ -236,7 +237,7 @@ def _successor(old: Interrupt, changes: dict[str, Any]) -> Interrupt:
         **{
             **columns,
             "deadline": now + (old.deadline - old.created_at),
-            **changes,
+            **redacted_row(changes),
             "id": new_id(),
             "status": PENDING,
             "supersedes": old.id,
@@ -573,7 +574,7 @@ def insert_attempt(session: Session, **values: Any) -> int:
 def attempt_write(values: dict[str, Any]) -> Write:
     """The INSERT of one resume attempt, returning its id (guarded: one per row of its
     guard)."""
-    values = {"at": utcnow(), **values}
+    values = redacted_row({"at": utcnow(), **values})
     return Write(ATTEMPT_INSERT, (tuple(sorted(values)),), values)
 
 

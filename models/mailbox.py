@@ -16,6 +16,7 @@ from sqlalchemy.orm import Session
 from models.db import dialect, utcnow
 from models.dialects import Dialect
 from models.statements import named
+from models.redaction import redacted
 from models.tables import KeptEvent
 
 KEPT: Table = KeptEvent.__table__  # type: ignore[assignment]
@@ -27,7 +28,7 @@ def keep(
     kept = KeptEvent(
         run_id=run_id,
         name=name,
-        payload=payload,
+        payload=redacted(payload),
         sender=sender,
         sender_kind=sender_kind,
         arrived_at=utcnow(),

@@ -48,6 +48,7 @@ from models.errors import (
     RunNotFoundError,
     StaleStateError,
 )
+from models.redaction import redacted
 from models.scope import Scope
 from models.statements import Write, insert_row, named, only_if, row_values
 from models.tables import (
@@ -187,7 +188,7 @@ def events_insert(
             "trigger": EventKind(kind).value,
             "from_state": moves[i][0] if i < len(moves) else None,
             "to_state": moves[i][1] if i < len(moves) else None,
-            "detail": detail or {},
+            "detail": redacted(detail) if detail else {},
         }
         for i, (kind, detail) in enumerate(events)
     ]
@@ -220,7 +221,7 @@ def record_refusal_once(session: Session, run_id: str, *, actor: str, reason: st
     next, and the run has not moved.
     """
     last = session.execute(dialect(session).built(EVENT_LAST), {"run_id": run_id}).first()
-    if last is not None and tuple(last) == (EventKind.REFUSED.value, reason):
+    if last is not None and tuple(last) == (EventKind.REFUSED.value, redacted(reason)):
         return False
     record_event(session, run_id, actor=actor, kind=EventKind.REFUSED, detail=reason)
     return True

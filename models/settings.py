@@ -33,6 +33,8 @@ DEFAULT_WEB_ACTOR_LIMIT = "20/minute"
 DEFAULT_WEB_SESSION_SECONDS = 8 * 3600
 # An inbox session with no request for this long ends (OWASP's guidance: 15 to 30 minutes).
 DEFAULT_WEB_IDLE_SECONDS = 30 * 60
+# A request head (request line and headers) must arrive within this many seconds.
+DEFAULT_WEB_HEAD_SECONDS = 10.0
 DEFAULT_SWEEP_INTERVAL = 5.0
 DEFAULT_REAP_INTERVAL = 10.0
 ENV_PREFIX = "INTERLUDE_"
@@ -172,6 +174,10 @@ class Settings(BaseSettings):
     """How long an inbox session lasts after sign-in, in seconds."""
     web_idle_seconds: int = Field(DEFAULT_WEB_IDLE_SECONDS, ge=1, le=LONGEST_SECONDS)
     """An inbox session with no request for this long ends sooner, in seconds."""
+    web_head_seconds: Seconds = DEFAULT_WEB_HEAD_SECONDS
+    """A connection whose request line and headers have not all arrived this many seconds
+    after it opened (or after the response before it) is closed: a client trickling headers
+    holds no socket for long."""
     web_secure_cookie: bool = False
     """Mark the session cookie `Secure`: set it when the inbox is served over HTTPS."""
     notify_webhook_url: str = ""
@@ -248,6 +254,7 @@ class Settings(BaseSettings):
         backend = _scheme(url, "postgresql://user@host/db or sqlite:///file.db")
         if backend not in SUPPORTED_DATABASES:
             raise ValueError(f"unsupported database {backend!r}: use postgresql:// or sqlite://")
+        _readable_database_url(url)
         return url
 
     @field_validator("broker_url")
@@ -338,6 +345,25 @@ def _kombu_transports() -> frozenset[str]:
     from kombu.transport import TRANSPORT_ALIASES
 
     return frozenset(TRANSPORT_ALIASES)
+
+
+def _readable_database_url(url: str) -> None:
+    """ValueError unless SQLAlchemy reads ``url`` and its port is one (else every command and
+    the web server's health check failed with a traceback of SQLAlchemy's, at first use)."""
+    # Imported here: only a command that uses the database pays for SQLAlchemy's import.
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        port = make_url(url).port
+    except (ArgumentError, ValueError):
+        # SQLAlchemy's own message quotes the URL, password included: it is not passed on.
+        raise ValueError(
+            "not a URL SQLAlchemy can read (check the host, the port and that a password's "
+            "special characters are %-escaped)"
+        ) from None
+    if port is not None and not 0 < port <= MAX_PORT:
+        raise ValueError(f"the port must be 1 to {MAX_PORT}, got {port}")
 
 
 def _scheme(url: str, example: str) -> str:

@@ -17,13 +17,13 @@ from models.contracts import ActorView
 from models.db import transaction, utcnow
 from models.enums import ActorKind
 from models.errors import ActorError, ActorExistsError, ActorNotFoundError
-from models.identity import CREDENTIAL_PREFIX, CREDENTIAL_SHAPE, actor_id_problem, normal_actor_id
+from models.identity import CREDENTIAL_PREFIX, actor_id_problem, normal_actor_id
+from models.redaction import redact_text, redacted
 from models.runs import storable_text
 from models.tables import Actor
 from worker.arguments import shown
 
 ROLE = re.compile(r"^[A-Za-z0-9_.:\-]{1,100}$")
-REDACTED = "ilc_[redacted]"
 # Compared against when the actor does not exist, so that timing does not tell who exists.
 _ABSENT_HASH = "sha256$" + "0" * 64
 
@@ -61,9 +61,11 @@ class Credential:
 
     def redact(self, text: str) -> str:
         """``text`` with this credential, and anything shaped like one, replaced."""
-        if isinstance(self._text, str) and len(self._text) >= 8 and self._text in text:
-            text = text.replace(self._text, REDACTED)
-        return redact_shaped(text)
+        return redact_text(text, self._text if isinstance(self._text, str) else None)
+
+    def redacted(self, value: Any) -> Any:
+        """The JSON value ``value`` redacted as ``redact`` redacts text (``models.redaction``)."""
+        return redacted(value, self._text if isinstance(self._text, str) else None)
 
 
 def redact_shaped(text: str) -> str:
@@ -73,7 +75,7 @@ def redact_shaped(text: str) -> str:
     the submitted text there too would let a caller file a refusal out of sight, by sending
     the interrupt's id as the credential. Every issued credential has this shape.
     """
-    return CREDENTIAL_SHAPE.sub(REDACTED, text)
+    return redact_text(text)
 
 
 def checked_actor_id(actor_id: object) -> str:
@@ -197,16 +199,19 @@ def list_actors() -> list[ActorView]:
         ]
 
 
-def authenticate(session: Session, actor_id: str, credential: object) -> Actor | None:
+def authenticate(
+    session: Session, actor_id: str, credential: object, *, for_decision: bool = True
+) -> Actor | None:
     """The active actor whose stored hash matches ``credential`` (constant-time), else None.
 
-    ``actor_id`` is compared in its normal form. The row is locked for share until the
-    caller's transaction ends: a revoke or rotation committing meanwhile is ordered after the
-    decision made with it, not in the middle of it.
+    ``actor_id`` is compared in its normal form. ``for_decision``: the row is locked for share
+    until the caller's transaction ends, so that a revoke or rotation committing meanwhile is
+    ordered after the decision made with it, not in the middle of it. A read decides nothing
+    and takes no lock: on PostgreSQL the lock is a write, taken only when the actor exists,
+    and its cost would tell who exists.
     """
-    return verified(
-        store.get_actor(session, normal_actor_id(actor_id), for_decision=True), credential
-    )
+    row = store.get_actor(session, normal_actor_id(actor_id), for_decision=for_decision)
+    return verified(row, credential)
 
 
 def verified(actor: Actor | None, credential: object) -> Actor | None:

@@ -11,7 +11,8 @@ from kombu.transport import TRANSPORT_ALIASES
 
 from models.errors import ConfigurationError
 from models.settings import Settings, get_settings
-from worker.startup import refuse
+from worker.flower_guard import guard_flower, is_flower_command
+from worker.startup import refuse, under_celery_command
 from worker.tasknames import (
     QUEUE_MAINTENANCE,
     QUEUE_NOTIFY,
@@ -183,3 +184,5 @@ def _create_or_refuse() -> Celery:
 
 
 app = _create_or_refuse()
+if under_celery_command() and is_flower_command():
+    guard_flower()

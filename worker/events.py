@@ -171,8 +171,11 @@ def _decide(
         raise Refusal(
             ResumeOutcome.DENIED, f"actor {sender} holds none of the roles {list(event.roles)}"
         )
+    # Kept, shown and handed to the step as the gateway keeps an answer: a credential pasted
+    # into it goes no further than here.
+    sent = attempt.credential.redacted(envelope["payload"])
     try:
-        payload = json_copy(event.input.model_validate(envelope["payload"]).model_dump(mode="json"))
+        payload = json_copy(event.input.model_validate(sent).model_dump(mode="json"))
     except ValidationError as exc:
         raise Refusal(
             ResumeOutcome.INVALID_INPUT, f"event {name!r}: {describe_errors(exc)}"

@@ -94,6 +94,10 @@ class Flow:
     # How an interrupt's evidence, as a version asked it, reads on this one: by (version,
     # interrupt name) (``migrates_evidence``).
     evidence_migrations: dict[tuple[int, str], EvidenceMigration] = field(default_factory=dict)
+    # Roles that may read this flow's runs and interrupts (input, state, timeline, evidence)
+    # without answering or operating them; the operator roles and the roles an interrupt asks
+    # may read what concerns them anyway.
+    viewer_roles: tuple[str, ...] = ()
     _policy: Policy = field(default=NO_POLICY, init=False, repr=False, compare=False)
     # The file whose code defined this flow (see ``defining_file``): one (name, version) is
     # defined by one file.
@@ -130,6 +134,13 @@ class Flow:
                 f"got {self.starter_roles!r}"
             )
         self.starter_roles = tuple(starters)
+        viewers = checked_roles(self.viewer_roles) if self.viewer_roles else []
+        if viewers is None:
+            raise FlowDefinitionError(
+                detail=f"flow {self.name!r}: viewer_roles needs a list of role names, "
+                f"got {self.viewer_roles!r}"
+            )
+        self.viewer_roles = tuple(viewers)
         if self.start is not None and (not isinstance(self.start, str) or not self.start):
             raise FlowDefinitionError(
                 detail=f"flow {self.name!r}: start must name a step, got {self.start!r}"

@@ -204,6 +204,9 @@ def _submit(contract: Any, attempt: _Attempt) -> ResumeResult:
     attempt.parsed = True
     attempt.key = parsed.idempotency_key
     attempt.payload_hash = payload_hash(parsed.model_dump(mode="json"))
+    # The input is kept, shown to other actors and handed to the step: a credential pasted
+    # into it goes no further than here, and what is checked is what is stored.
+    parsed = parsed.model_copy(update={"input": attempt.credential.redacted(parsed.input)})
     try:
         return _decide(parsed, attempt)
     except IntegrityError:
@@ -845,7 +848,7 @@ def _redacted_id(value: str | None) -> str | None:
 
 def _stored_payload(attempt: _Attempt, outcome: ResumeOutcome) -> Any:
     """The payload as kept: credentials redacted; from anyone unauthenticated, at most 4 KB."""
-    payload = _redact(attempt.payload, attempt.credential)
+    payload = attempt.credential.redacted(attempt.payload)
     if outcome not in UNTRUSTED_OUTCOMES:
         return payload
     text = json.dumps(payload)
@@ -858,16 +861,6 @@ def _stored_payload(attempt: _Attempt, outcome: ResumeOutcome) -> Any:
         if len(json.dumps(kept)) <= MAX_STORED_UNTRUSTED:
             return kept
         cut //= 2
-
-
-def _redact(value: Any, credential: Credential) -> Any:
-    if isinstance(value, str):
-        return credential.redact(value)
-    if isinstance(value, list):
-        return [_redact(item, credential) for item in value]
-    if isinstance(value, dict):
-        return {_redact(k, credential): _redact(v, credential) for k, v in value.items()}
-    return value
 
 
 def _first_error(exc: ValidationError) -> str:

@@ -6,7 +6,8 @@ own ``extra``), and appends them to the text of human-readable lines.
 
 Text lines are escaped (``EscapeControls``): a control character in a message, in its
 arguments or in an exception's message is written as an escape, so a value that reached a
-log call cannot end the line and forge the next one. JSON lines are JSON-escaped already.
+log call cannot end the line and forge the next one; text shaped like a credential is
+redacted (uvicorn's access log quotes query strings). JSON lines are JSON-escaped already.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from contextvars import ContextVar
 from types import TracebackType
 from typing import Any
 
+from models.redaction import redact_text
 from worker.safetext import escape_controls
 from worker.tasknames import TASK_REAP, TASK_SWEEP
 
@@ -51,13 +53,19 @@ class _Shown:
         self.value = value
 
     def __str__(self) -> str:
-        return escape_controls(str(self.value))
+        return _safe(str(self.value))
 
     def __repr__(self) -> str:
-        return escape_controls(repr(self.value))
+        return _safe(repr(self.value))
 
     def __format__(self, spec: str) -> str:
-        return escape_controls(format(self.value, spec))
+        return _safe(format(self.value, spec))
+
+
+def _safe(text: str) -> str:
+    # A credential a client sent where none belongs (a URL's query, which the access log
+    # quotes) is redacted as stored submissions are; then the line is made one line.
+    return escape_controls(redact_text(text))
 
 
 def _shown(value: object) -> object:
@@ -104,7 +112,7 @@ class EscapeControls(logging.Filter):
         if getattr(record, "_interlude_escaped", False):
             return True
         msg = record.msg
-        record.msg = escape_controls(msg) if isinstance(msg, str) else _Shown(msg)
+        record.msg = _safe(msg) if isinstance(msg, str) else _Shown(msg)
         if isinstance(record.args, Mapping):
             record.args = {key: _shown(value) for key, value in record.args.items()}
         elif record.args:

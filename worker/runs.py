@@ -32,6 +32,7 @@ from models.errors import (
     StartRefusedError,
 )
 from models.identity import actor_id_problem, normal_actor_id
+from models.redaction import redacted
 from models.runs import storable_text, unstorable_where
 from models.tables import Actor
 from worker import arguments, authority, dispatch
@@ -340,6 +341,8 @@ def cancel_run(
 
 
 def _cancel(session: Session, run_id: str, actor: str, reason: str) -> None:
+    # The reason is also the run's error, shown to whoever reads the run.
+    reason = redacted(reason)
     run = store.load_run(session, run_id)
     store.run_destination(EventKind.CANCEL, run.state, run_id)
     # Interrupt rows before the run row, in the order the gateway and the sweep take them:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import signal
@@ -30,15 +31,30 @@ def free_port() -> int:
     return port
 
 
-class Flower:
-    """A real ``celery -A worker flower`` subprocess with its API open to this test."""
+# The login this test's Flowers are started with (FLOWER_BASIC_AUTH).
+LOGIN = "ops:flower-test-password"
 
-    def __init__(self, database_url: str, log_path: Path, broker_url: str | None = None) -> None:
+
+class Flower:
+    """A real ``celery -A worker flower`` subprocess, with a login this test holds."""
+
+    def __init__(
+        self,
+        database_url: str,
+        log_path: Path,
+        broker_url: str | None = None,
+        *,
+        login: str | None = LOGIN,
+        address: str | None = "127.0.0.1",
+    ) -> None:
         self.port = free_port()
-        env = dict(os.environ)
-        env.update(INTERLUDE_DATABASE_URL=database_url, FLOWER_UNAUTHENTICATED_API="true")
+        env = {k: v for k, v in os.environ.items() if not k.startswith("FLOWER_")}
+        env["INTERLUDE_DATABASE_URL"] = database_url
+        if login is not None:
+            env["FLOWER_BASIC_AUTH"] = login
         if broker_url is not None:
             env["INTERLUDE_BROKER_URL"] = broker_url
+        self.login = login
         self.name = f"flower-{self.port}"
         self.log_path = log_path
         self.log = log_path.open("wb")
@@ -51,7 +67,7 @@ class Flower:
                 "-A",
                 "worker",
                 "flower",
-                "--address=127.0.0.1",
+                *([f"--address={address}"] if address is not None else []),
                 f"--port={self.port}",
             ],
             cwd=ROOT,
@@ -64,10 +80,17 @@ class Flower:
     def output(self) -> str:
         return self.log_path.read_text(errors="replace")
 
-    def get(self, path: str) -> Any:
-        url = f"http://127.0.0.1:{self.port}{path}"
-        with urllib.request.urlopen(url, timeout=10) as response:
-            body = response.read().decode()
+    def get(self, path: str, *, signed_in: bool = True) -> Any:
+        request = urllib.request.Request(f"http://127.0.0.1:{self.port}{path}")
+        if signed_in and self.login is not None:
+            token = base64.b64encode(self.login.encode()).decode()
+            request.add_header("Authorization", f"Basic {token}")
+        try:
+            with urllib.request.urlopen(request, timeout=10) as response:
+                body = response.read().decode()
+        except urllib.error.HTTPError as refused:
+            refused.close()  # (its connection, else left to the garbage collector)
+            raise
         return json.loads(body) if body.lstrip().startswith(("{", "[")) else body
 
     def try_get(self, path: str) -> Any:
@@ -224,3 +247,52 @@ def _events_reach(flower: Flower) -> bool:
     except AssertionError:
         return False
     return True
+
+
+def _listening_on(port: int) -> set[str]:
+    """The local addresses with a listening TCP socket on ``port`` (/proc/net/tcp{,6})."""
+    found = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table) as rows:
+            for row in list(rows)[1:]:
+                local, state = row.split()[1], row.split()[3]
+                address, _, hex_port = local.partition(":")
+                if state == "0A" and int(hex_port, 16) == port:  # 0A: LISTEN
+                    found.add(address)
+    return found
+
+
+@pytest.mark.slow
+def test_flower_without_a_login_does_not_start(db: str, logs_dir: Path) -> None:
+    # Given Flower started with interlude's app and no login (issue 42, finding 7)
+    flower = Flower(db, logs_dir / f"flower-{free_port()}.log", login=None, address=None)
+    try:
+        status = flower.proc.wait(60)
+    finally:
+        flower.stop()
+    # Then it exits at once, saying in one line what it needs, and served nothing
+    assert status == 1, flower.output()
+    [line] = [ln for ln in flower.output().splitlines() if ln.startswith("interlude: error:")]
+    assert "FLOWER_BASIC_AUTH=user:password" in line
+    assert "Traceback" not in flower.output()
+
+
+@pytest.mark.slow
+def test_flower_listens_on_this_machine_only_and_every_page_asks_for_the_login(
+    db: str, logs_dir: Path, own_broker: str
+) -> None:
+    # Given Flower started with a login and no --address
+    flower = Flower(db, logs_dir / f"flower-{free_port()}.log", broker_url=own_broker, address=None)
+    try:
+        assert wait_for(lambda: flower.try_get("/healthcheck"), timeout=60) == "OK"
+        # Then it listens on the loopback address only (0100007F: 127.0.0.1)
+        assert _listening_on(flower.port) == {"0100007F"}
+        # And its pages ask for the login, and show themselves with it
+        for page in ("/", "/workers", "/tasks/datatable", "/api/workers"):
+            with pytest.raises(urllib.error.HTTPError) as refused:
+                flower.get(page, signed_in=False)
+            assert refused.value.code == 401, page
+        for page in ("/", "/workers", "/api/workers"):
+            assert flower.get(page) is not None
+    finally:
+        flower.stop()

@@ -24,7 +24,13 @@ def test_the_notifier_is_called_in_the_worker_after_the_commit(
     notes = [json.loads(n) for n in raw]
     # Called once, in the worker, after the commit: a fresh transaction already found it
     assert notes == [
-        {"id": interrupt.id, "name": "approve", "visible": "pending", "pid": notes[0]["pid"]}
+        {
+            "id": interrupt.id,
+            "name": "approve",
+            "visible": "pending",
+            "pid": notes[0]["pid"],
+            "previous_input": None,
+        }
     ]
     assert notes[0]["pid"] != os.getpid()
 

@@ -51,7 +51,8 @@ class Shipment(BaseModel):
     tracking: str
 
 
-approval = Flow("approval", version=1)
+# "viewer" reads its runs and interrupts over HTTP, and may answer nothing.
+approval = Flow("approval", version=1, viewer_roles=("viewer",))
 
 
 @approval.step()
@@ -200,7 +201,13 @@ def record_notification(interrupt: InterruptView) -> None:
         visible = get_interrupt(interrupt.id).status
     except InterruptNotFoundError:
         visible = None
-    note = {"id": interrupt.id, "name": interrupt.name, "visible": visible, "pid": os.getpid()}
+    note = {
+        "id": interrupt.id,
+        "name": interrupt.name,
+        "visible": visible,
+        "pid": os.getpid(),
+        "previous_input": interrupt.previous_input,
+    }
     scratch_redis().rpush(f"notified:{interrupt.run_id}", json.dumps(note))
 
 

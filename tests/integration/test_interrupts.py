@@ -260,7 +260,13 @@ def test_the_notifier_sees_the_committed_interrupt(db: str, tasks: TaskRecorder)
     # after the commit: a fresh transaction already found it. (That a worker process calls
     # it: tests/acceptance.)
     assert notes == [
-        {"id": interrupt.id, "name": "approve", "visible": "pending", "pid": notes[0]["pid"]}
+        {
+            "id": interrupt.id,
+            "name": "approve",
+            "visible": "pending",
+            "pid": notes[0]["pid"],
+            "previous_input": None,
+        }
     ]
     assert [t.notice.notifier for t in tasks.published if t.notice is not None] == [
         "record_notification",

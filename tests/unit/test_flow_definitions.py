@@ -87,6 +87,18 @@ def test_operator_roles_given_as_a_list_are_kept_as_they_are() -> None:
     )
 
 
+@pytest.mark.parametrize("roles", ["ops", ["ops", ""], ["ops", 5], 7])
+def test_viewer_roles_must_be_a_collection_of_role_names(roles: Any) -> None:
+    with pytest.raises(FlowDefinitionError) as refused:
+        Flow("flowdef_viewers", viewer_roles=roles)
+    assert "flow 'flowdef_viewers': viewer_roles needs a list of role names" in _one_line(refused)
+
+
+def test_viewer_roles_are_none_unless_given() -> None:
+    assert Flow("flowdef_viewers_none").viewer_roles == ()
+    assert Flow("flowdef_viewers_ok", viewer_roles=["audit"]).viewer_roles == ("audit",)
+
+
 @pytest.mark.parametrize("escalate_to", ["lead", ["lead", ""], ["lead", None], [" "]])
 def test_escalate_to_must_be_a_list_of_roles(escalate_to: Any) -> None:
     with pytest.raises(FlowDefinitionError) as refused:

@@ -75,6 +75,20 @@ def test_tables_pairs_lines_and_blocks_print_caller_text_escaped(
     assert "\\x1b[2J" in printed and "\\u202e" in printed
 
 
+@pytest.mark.parametrize("separator", ["\u2028", "\u2029", "\x85", "\x1c", "\x1e"])
+def test_a_separator_in_a_block_cannot_start_a_line_of_its_own(
+    stdout: pytest.CaptureFixture[str], separator: str
+) -> None:
+    # Given evidence holding a line separator and a forged line after it (issue 42, finding 5)
+    forged = "resume accepted by human:ceo"
+    Output().block("evidence", {"note": f"fine{separator}{forged}"})
+    printed = stdout.readouterr().out
+    # Then the separator is printed escaped, and the forged text stays inside its line
+    lines = printed.split("\n")
+    assert not [line for line in lines if line.lstrip().startswith(forged)], printed
+    assert separator not in printed
+
+
 def test_an_error_line_is_one_escaped_line_and_json_errors_stay_json(
     stdout: pytest.CaptureFixture[str],
 ) -> None:
@@ -173,3 +187,27 @@ def test_uvicorn_logging_config_escapes_every_handler() -> None:
     logging.config.dictConfig(config)
     handler = logging.getLogger("uvicorn.access").handlers[0]
     assert any(isinstance(f, runlog.EscapeControls) for f in handler.filters)
+
+
+def test_the_access_log_redacts_a_credential_sent_in_a_url(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # Given uvicorn's logging as interlude serve configures it (issue 42, finding 10)
+    from uvicorn.config import LOGGING_CONFIG
+
+    logging.config.dictConfig(runlog.escaped_config(LOGGING_CONFIG))
+    credential = "ilc_" + "k9-Q" * 11
+    # When a request's URL carries a credential in its query
+    logging.getLogger("uvicorn.access").info(
+        '%s - "%s %s HTTP/%s" %d',
+        "127.0.0.1:50000",
+        "GET",
+        f"/v1/interrupts?token={credential}",
+        "1.1",
+        401,
+    )
+    # Then the access log line names the request, not the credential
+    logged = capsys.readouterr()
+    line = logged.out + logged.err
+    assert "GET /v1/interrupts?token=ilc_[redacted] HTTP/1.1" in line
+    assert credential not in line

@@ -190,7 +190,10 @@ class Output:
         # Rich pads every line to the table's width; trailing blanks only get in the way.
         with self.console.capture() as captured:
             self.console.print(renderable)
-        for line in captured.get().splitlines():
+        # split("\n"), not splitlines(): that also splits at U+2028, U+2029, U+0085 and the
+        # other separators, which escape_controls wrote as escapes already.
+        text = captured.get()
+        for line in text.removesuffix("\n").split("\n") if text else []:
             sys.stdout.write(line.rstrip() + "\n")
         sys.stdout.flush()
 
@@ -198,7 +201,9 @@ class Output:
         """A heading and pretty JSON under it (schemas, evidence, templates)."""
         self.line(f"{title}:")
         text = json.dumps(jsonable(data), indent=2, default=str, ensure_ascii=False)
-        for line in text.splitlines():
+        # Only json's own line breaks: a U+2028 (or U+2029, U+0085) in a value stays in its
+        # line, where self.line escapes it, and cannot start a forged line of its own.
+        for line in text.split("\n"):
             self.line(f"  {line}")
 
 

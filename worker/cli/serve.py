@@ -39,6 +39,7 @@ def _serve(args: argparse.Namespace, out: Output) -> int:
     from models.settings import get_settings
     from worker import runlog
     from worker.web.app import create_app
+    from worker.web.protocol import head_deadline_protocol
 
     settings = get_settings()
     if args.host:
@@ -69,6 +70,8 @@ def _serve(args: argparse.Namespace, out: Output) -> int:
         log_level="info",
         # uvicorn's own lines (the access log quotes request targets) are escaped too.
         log_config=runlog.escaped_config(LOGGING_CONFIG),
+        # h11 (uvicorn's own) with a deadline on request heads: see worker.web.protocol.
+        http=head_deadline_protocol(settings.web_head_seconds),
     )
     try:
         uvicorn.Server(config).run(sockets=listening)

@@ -8,34 +8,33 @@ Callers authenticate with ``Authorization: Bearer <credential>``; reads name the
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Header, HTTPException, Query, Request, Security
 from fastapi.concurrency import run_in_threadpool
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from models.contracts import (
     ActorView,
     InterruptView,
-    ResumeContract,
     ResumeResult,
     RunView,
 )
-from models.enums import ResumeOutcome
+from models.enums import InterruptKind, ResumeOutcome
 from models.errors import InvalidInputError
-from models.inbox_queries import MAX_PAGE, answerable_interrupts
+from models.inbox_queries import CURSOR_PATTERN, MAX_PAGE, answerable_interrupts
+from models.settings import LONGEST_SECONDS
 from worker.cli.timeline import Entry, timeline
 from worker.events import send_event
 from worker.gateway import submit_resume
 from worker.interrupts import (
     attempts_in_view,
     count_resume_attempts,
-    get_interrupt,
-    list_interrupts,
 )
-from worker.runs import get_run, list_checkpoints, list_effects, list_events
+from worker.runs import list_checkpoints, list_effects, list_events
 from worker.step_history import StepView, list_steps
 from worker.web.auth import ACTOR_HEADER, authenticated, client_of
 from worker.web.binding import contract_for
@@ -43,11 +42,41 @@ from worker.web.bodies import read_capped
 from worker.web.outcomes import STATUS, log_resume, status_of
 from worker.web.state import web_state
 from worker.web.throttle import Throttled
+from worker.web.visibility import readable_interrupt, readable_run
 
 router = APIRouter(prefix="/v1", tags=["resume API"])
 # Beyond this a body is kept only as its beginning: the gateway records it as malformed.
 MAX_BODY = 256 * 1024
 _bearer = HTTPBearer(auto_error=False, description="the actor's credential (ilc_…)")
+
+
+class Refused(BaseModel):
+    """Why a request was refused, in one line."""
+
+    detail: str
+
+
+_RETRY_AFTER = {"Retry-After": {"description": "seconds to wait", "schema": {"type": "string"}}}
+THROTTLED: dict[int | str, dict[str, Any]] = {
+    429: {
+        "model": Refused,
+        "description": "too many refused attempts from this client or actor",
+        "headers": _RETRY_AFTER,
+    }
+}
+READ_REFUSALS: dict[int | str, dict[str, Any]] = {
+    401: {
+        "model": Refused,
+        "description": "unknown actor, revoked actor or bad credential",
+        "headers": {"WWW-Authenticate": {"schema": {"type": "string"}}},
+    },
+    **THROTTLED,
+}
+# Not there, or not the caller's to read: the same answer (worker.web.visibility).
+NOT_FOUND: dict[int | str, dict[str, Any]] = {
+    **READ_REFUSALS,
+    404: {"model": Refused, "description": "no such record the caller may read"},
+}
 
 
 class InterruptPage(BaseModel):
@@ -106,13 +135,25 @@ def caller(
 Caller = Annotated[ActorView, Depends(caller)]
 
 
-@router.get("/interrupts", response_model=InterruptPage)
+def _age(description: str) -> Any:
+    # Finite and at most what a deadline may be: 1e308 or inf would overflow a date.
+    return Query(ge=0, le=LONGEST_SECONDS, allow_inf_nan=False, description=description)
+
+
+@router.get(
+    "/interrupts",
+    operation_id="list_interrupts",
+    response_model=InterruptPage,
+    responses=READ_REFUSALS,
+)
 def pending_interrupts(
     actor: Caller,
-    kind: str | None = None,
-    min_age: Annotated[float | None, Query(ge=0, description="seconds waited, at least")] = None,
-    max_age: Annotated[float | None, Query(ge=0, description="seconds waited, at most")] = None,
-    cursor: str | None = None,
+    kind: InterruptKind | None = None,
+    min_age: Annotated[float | None, _age("seconds waited, at least")] = None,
+    max_age: Annotated[float | None, _age("seconds waited, at most")] = None,
+    cursor: Annotated[
+        str | None, Query(pattern=CURSOR_PATTERN, description="the next_cursor of a page")
+    ] = None,
     limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 50,
 ) -> InterruptPage:
     """Pending interrupts the caller may answer (by role), oldest first."""
@@ -127,37 +168,57 @@ def pending_interrupts(
             limit=limit,
         )
     except InvalidInputError as exc:
-        raise HTTPException(422, str(exc)) from None
+        # The parameters were checked above but the cursor, which only the query can read.
+        problem = {"type": "value_error", "loc": ("query", "cursor"), "msg": str(exc)}
+        raise RequestValidationError([{**problem, "input": cursor}]) from None
     return InterruptPage(items=page.items, next_cursor=page.next_cursor)
 
 
-@router.get("/interrupts/{interrupt_id}", response_model=InterruptDetail)
+@router.get(
+    "/interrupts/{interrupt_id}",
+    operation_id="get_interrupt",
+    response_model=InterruptDetail,
+    responses=NOT_FOUND,
+)
 def interrupt_detail(interrupt_id: str, actor: Caller) -> InterruptDetail:
-    """One interrupt as a responder sees it, and a ``resume.v1`` template bound to it."""
-    interrupt = get_interrupt(interrupt_id)
+    """One interrupt as a responder sees it, and a ``resume.v1`` template bound to it.
+
+    Readable by the roles it asks and its flow's operator and viewer roles; to anyone else it
+    is not found."""
+    interrupt = readable_interrupt(actor, interrupt_id)
     return InterruptDetail(
         interrupt=interrupt, template=contract_for(interrupt, actor.id, actor_type=actor.kind)
     )
 
 
-@router.get("/runs/{run_id}", response_model=RunDetail)
+@router.get("/runs/{run_id}", operation_id="get_run", response_model=RunDetail, responses=NOT_FOUND)
 def run_detail(run_id: str, actor: Caller) -> RunDetail:
-    """A run's state and its timeline: checkpoints, interrupts, attempts, effects, events."""
-    run = get_run(run_id)
+    """A run's state and its timeline: checkpoints, interrupts, attempts, effects, events.
+
+    Readable by its flow's operator and viewer roles and the roles its interrupts ask; to
+    anyone else it is not found."""
+    run, interrupts = readable_run(actor, run_id)
     entries = timeline(
         list_checkpoints(run.id),
         list_events(run.id),
         list_effects(run.id),
-        list_interrupts(run_id=run.id),
+        interrupts,
         attempts_in_view(run.id),
     )
     return RunDetail(run=run, timeline=entries, attempt_counts=count_resume_attempts(run.id))
 
 
-@router.get("/runs/{run_id}/steps", response_model=list[StepView])
+@router.get(
+    "/runs/{run_id}/steps",
+    operation_id="list_steps",
+    response_model=list[StepView],
+    responses=NOT_FOUND,
+)
 def run_steps(run_id: str, actor: Caller) -> list[StepView]:
-    """Each step the run executed: when it started, how long it took, what it changed."""
-    get_run(run_id)  # (a missing run answers as run_detail does)
+    """Each step the run executed: when it started, how long it took, what it changed.
+
+    Readable as the run is (``run_detail``); to anyone else it is not found."""
+    readable_run(actor, run_id)
     return list_steps(run_id)
 
 
@@ -168,7 +229,7 @@ _RESPONSES: dict[int | str, dict[str, Any]] = {
     }
     for code in sorted(set(STATUS.values()))
 }
-_RESPONSES[429] = {"description": "too many refused attempts from this client or actor"}
+_RESPONSES.update(THROTTLED)
 
 
 def _example(summary: str, decision: str, input: dict[str, Any]) -> dict[str, Any]:
@@ -189,7 +250,7 @@ def _example(summary: str, decision: str, input: dict[str, Any]) -> dict[str, An
 
 
 # A tool-call review (``review`` on the interrupt) takes {"args": ..., "message": ...}.
-_EXAMPLES = {
+RESUME_EXAMPLES = {
     "answer": _example("an answer: the input the interrupt's schema asks for", "approved", {}),
     "approve_call": _example("a tool-call review: approve the call as proposed", "approved", {}),
     "edit_call": _example(
@@ -208,20 +269,12 @@ _EXAMPLES = {
 
 @router.post(
     "/resume",
+    operation_id="submit_resume",
     response_model=ResumeResult,
     status_code=202,
+    # The body, a ResumeContract, is read here (whatever arrives is recorded): the document
+    # describes it (worker.web.openapi).
     responses=_RESPONSES,
-    openapi_extra={
-        "requestBody": {
-            "required": True,
-            "content": {
-                "application/json": {
-                    "schema": ResumeContract.model_json_schema(),
-                    "examples": _EXAMPLES,
-                }
-            },
-        }
-    },
 )
 async def resume(
     request: Request,
@@ -261,18 +314,27 @@ async def _body(request: Request) -> Any:
         return raw.decode("utf-8", "replace")
 
 
-class EventSubmission(BaseModel):
-    """An event for a run (``event.v1``): kept until the run asks for it, if it does not yet."""
+class EventSender(BaseModel):
+    type: Literal["human", "service"] = "service"
+    id: str = Field(min_length=1, max_length=200)
 
-    run_id: str
-    event: str
+
+class EventSubmission(BaseModel):
+    """An event for a run (``event.v1``): kept until the run asks for it, if it does not yet.
+
+    Documents the body (read as sent: whatever arrives is recorded); its bounds are those
+    ``send_event`` refuses past, as malformed."""
+
+    run_id: str = Field(min_length=1, max_length=200)
+    event: str = Field(min_length=1, max_length=200)
     payload: dict[str, Any]
-    actor: dict[str, str]
-    idempotency_key: str
+    actor: EventSender
+    idempotency_key: str = Field(min_length=1, max_length=200)
 
 
 @router.post(
     "/events",
+    operation_id="send_event",
     response_model=ResumeResult,
     status_code=202,
     responses=_RESPONSES,

@@ -2,12 +2,22 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Literal
+from urllib.parse import urlsplit
 
 import jinja2
 from fastapi import FastAPI, Request
-from fastapi.responses import FileResponse, JSONResponse, RedirectResponse, Response
+from fastapi.responses import (
+    FileResponse,
+    JSONResponse,
+    PlainTextResponse,
+    RedirectResponse,
+    Response,
+)
+from pydantic import BaseModel
 from starlette.templating import Jinja2Templates
 
 from models.errors import InterludeError, InterruptNotFoundError, RunNotFoundError
@@ -17,11 +27,14 @@ from worker.cli.output import age, timestamp, until
 from worker.flows import load_flow_modules
 from worker.web import api, bulk, console, inbox, links, runs_api, slack
 from worker.web.cards import flows_of, summary
+from worker.web.openapi import document
 from worker.web.sessions import SessionStore, backend_for
 from worker.web.state import WebState
 from worker.web.throttle import RefusalLimiter
 
 HERE = Path(__file__).parent
+log = logging.getLogger(__name__)
+INTERNAL_ERROR = "the server failed to answer this request (logged as web_error)"
 # The inbox runs no script and loads nothing from elsewhere; forms post only to itself.
 INBOX_CSP = (
     "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; "
@@ -31,6 +44,24 @@ INBOX_CSP = (
 API_CSP = "default-src 'none'; frame-ancestors 'none'; base-uri 'none'"
 # /docs is FastAPI's Swagger page, whose scripts and styles come from a CDN: it is not framed.
 DOCS_CSP = "frame-ancestors 'none'"
+
+
+class Health(BaseModel):
+    status: Literal["ok", "unavailable"]
+    database: Literal["ok", "unreachable"]
+
+
+def same_site(location: str) -> str:
+    """A redirect's target as a path on this server, whatever host the request named.
+
+    Starlette builds the target of a redirect to the path with (or without) its slash from
+    the request's Host header, which the client chose: ``/inbox/`` sent with ``Host:
+    evil.example`` would send the visitor there. interlude redirects only within itself.
+    """
+    parts = urlsplit(location)
+    # One leading slash: "//evil.example/x" would be read as another host again.
+    path = "/" + parts.path.lstrip("/")
+    return f"{path}?{parts.query}" if parts.query else path
 
 
 def _templates() -> Jinja2Templates:
@@ -93,6 +124,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(slack.router)
     links.install_redaction()
     _add_basics(app)
+    app.openapi = lambda: document(app)  # type: ignore[method-assign]
     return app
 
 
@@ -101,7 +133,16 @@ def _add_basics(app: FastAPI) -> None:
     async def security_headers(
         request: Request, call_next: Callable[[Request], Awaitable[Response]]
     ) -> Response:
-        response = await call_next(request)
+        try:
+            response = await call_next(request)
+        except Exception:
+            # Answered here, not by Starlette's outermost handler: this answer too carries the
+            # headers below. What failed is logged, not shown.
+            log.exception("request failed", extra={"action": "web_error", "path": request.url.path})
+            response = JSONResponse({"detail": INTERNAL_ERROR}, status_code=500)
+        location = response.headers.get("location")
+        if location is not None:
+            response.headers["location"] = same_site(location)
         response.headers.setdefault("X-Content-Type-Options", "nosniff")
         response.headers.setdefault("Referrer-Policy", "no-referrer")
         path = request.url.path
@@ -130,7 +171,13 @@ def _add_basics(app: FastAPI) -> None:
     def root() -> Response:
         return RedirectResponse("/inbox", status_code=303)
 
-    @app.get("/healthz", tags=["operations"])
+    @app.get(
+        "/healthz",
+        operation_id="health",
+        tags=["operations"],
+        response_model=Health,
+        responses={503: {"model": Health, "description": "the database does not answer"}},
+    )
     def healthz() -> JSONResponse:
         """200 when the database answers, else 503."""
         ok = database_ok()
@@ -139,9 +186,15 @@ def _add_basics(app: FastAPI) -> None:
             status_code=200 if ok else 503,
         )
 
-    @app.get("/metrics", tags=["operations"])
+    @app.get(
+        "/metrics",
+        operation_id="metrics",
+        tags=["operations"],
+        response_class=PlainTextResponse,
+        responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}}},
+    )
     def metrics(request: Request) -> Response:
-        """Prometheus metrics of this process (throttled requests)."""
+        """Prometheus metrics of this process (throttled requests), in Prometheus's text format."""
         from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
         body = generate_latest(request.app.state.web.registry)

@@ -19,7 +19,8 @@ def authenticated(actor_id: str | None, credential: str | None) -> ActorView | N
     if not actor_id or not credential or actor_id_problem(actor_id) is not None:
         return None
     with transaction(readonly=True) as session:
-        actor = authenticate(session, actor_id, credential)
+        # A read: no lock (it would make a wrong credential of an existing actor slower).
+        actor = authenticate(session, actor_id, credential, for_decision=False)
         return ActorView.model_validate(actor, from_attributes=True) if actor else None
 
 

@@ -38,6 +38,7 @@ from worker.web.forms import ARGS_PREFIX, args_schema_of, fields_of, input_from_
 from worker.web.outcomes import UNCONFIRMED, headline_of, log_resume, status_of
 from worker.web.sessions import COOKIE, SessionData
 from worker.web.state import web_state
+from worker.web.visibility import readable_interrupt
 
 router = APIRouter(prefix="/inbox", include_in_schema=False)
 SIGN_IN = "/inbox/signin"
@@ -240,11 +241,9 @@ def interrupt_page(request: Request, interrupt_id: str) -> Response:
     if visitor is None or visitor.actor is None:
         return _to_signin()
     try:
-        interrupt = get_interrupt(interrupt_id)
+        interrupt = readable_interrupt(visitor.actor, interrupt_id)
     except InterruptNotFoundError as exc:
-        return _page(
-            request, "message.html", {"title": "Not found", "message": str(exc)}, status=404
-        )
+        return _not_found(request, exc)
     call = interrupt.review
     context = {
         "visitor": visitor,
@@ -306,14 +305,18 @@ async def answer(request: Request, interrupt_id: str) -> Response:
 def _answer(
     request: Request, visitor: Visitor, interrupt_id: str, form: FormData, client: str
 ) -> Response:
-    try:
-        interrupt = get_interrupt(interrupt_id)
-    except InterruptNotFoundError as exc:
-        return _page(
-            request, "message.html", {"title": "Not found", "message": str(exc)}, status=404
-        )
-    decision = str(form.get("decision") or "")
     text_form = {k: v for k, v in form.multi_items() if isinstance(v, str)}
+    try:
+        if visitor.actor is None:  # (revoked since the page was shown)
+            raise InterruptNotFoundError(interrupt_id=interrupt_id)
+        interrupt = readable_interrupt(visitor.actor, interrupt_id)
+    except InterruptNotFoundError as exc:
+        # Not there, or not the actor's to read: submitted all the same (every refused answer
+        # is recorded), with no input read from a form the actor was never shown.
+        decision = text_form.get("decision") or ""
+        _submit(request, visitor, _contract(visitor, interrupt_id, text_form, decision, {}), client)
+        return _to_signin() if visitor.actor is None else _not_found(request, exc)
+    decision = text_form.get("decision") or ""
     action = text_form.get("action", "")
     if interrupt.review is not None and action in REVIEW_ACTIONS:
         decision = REVIEW_ACTIONS[action]
@@ -323,7 +326,24 @@ def _answer(
     else:
         # Reject releases the run with no input: a rejection need not fill the form.
         submitted = {}
-    contract = {
+    contract = _contract(visitor, interrupt_id, text_form, decision, submitted)
+    result = _submit(request, visitor, contract, client)
+    context = {"visitor": visitor, "interrupt": interrupt, "result": result, "pretty": _pretty}
+    context.update(_explain(result, interrupt.run_id, interrupt.id))
+    if action == "edit" and result.outcome is ResumeOutcome.DENIED:
+        context["headline"] = EDIT_DENIED
+    return _page(request, "outcome.html", context, status=status_of(result.outcome))
+
+
+def _contract(
+    visitor: Visitor,
+    interrupt_id: str,
+    text_form: dict[str, str],
+    decision: str,
+    submitted: dict[str, Any],
+) -> dict[str, Any]:
+    """The ``resume.v1`` contract the form stands for, as submitted (the gateway checks it)."""
+    return {
         "schema_version": "resume.v1",
         "run_id": text_form.get("run_id"),
         "checkpoint_id": text_form.get("checkpoint_id"),
@@ -336,16 +356,23 @@ def _answer(
         "idempotency_key": text_form.get("idempotency_key"),
         "expires_at": text_form.get("expires_at"),
     }
+
+
+def _submit(
+    request: Request, visitor: Visitor, contract: dict[str, Any], client: str
+) -> ResumeResult:
     assert visitor.credential is not None
     result = submit_resume(contract, visitor.credential)
     log_resume(result, actor=visitor.session.actor_id, via="the inbox")
     if result.outcome is not ResumeOutcome.ACCEPTED:
         web_state(request).limiter.refused(client, visitor.session.actor_id)
-    context = {"visitor": visitor, "interrupt": interrupt, "result": result, "pretty": _pretty}
-    context.update(_explain(result, interrupt.run_id, interrupt.id))
-    if action == "edit" and result.outcome is ResumeOutcome.DENIED:
-        context["headline"] = EDIT_DENIED
-    return _page(request, "outcome.html", context, status=status_of(result.outcome))
+    return result
+
+
+def _not_found(request: Request, missing: InterruptNotFoundError) -> Response:
+    """The page of an interrupt that is not there, or not the visitor's to read: the same."""
+    context = {"title": "Not found", "message": str(missing)}
+    return _page(request, "message.html", context, status=404)
 
 
 def _explain(result: ResumeResult, run_id: str, interrupt_id: str) -> dict[str, Any]:

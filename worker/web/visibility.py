@@ -35,7 +35,7 @@ def flow_readers(flow_name: str, flow_version: int) -> frozenset[str]:
         flow = get_flow(flow_name)
     except UnknownFlowError:
         return frozenset()
-    return frozenset(flow.operator_roles) | frozenset(getattr(flow, "viewer_roles", ()))
+    return frozenset(flow.operator_roles) | frozenset(flow.viewer_roles)
 
 
 def readable_interrupt(actor: ActorView, interrupt_id: str) -> InterruptView:
