@@ -30,6 +30,7 @@ from models.db import transaction
 from models.enums import EventKind, InterruptKind, ResumeOutcome, RunState
 from models.errors import InterludeError
 from models.identity import normal_actor_id
+from models.runs import unstorable_where
 from models.tables import Interrupt, Run
 from statemachine import TERMINAL_STATES
 from worker import dispatch
@@ -37,10 +38,12 @@ from worker.actors import Credential, verified
 from worker.eventdefs import MAILBOX_LIMIT
 from worker.flows import continuation
 from worker.gateway import (
+    MAX_ID,
     Refusal,
     _Attempt,
     _insert,
     _last_resort,
+    _payload,
     _record,
     _repeat,
     payload_hash,
@@ -79,11 +82,23 @@ def send_event(
     attempt = _Attempt(
         envelope,
         Credential(credential),
-        run_id=run_id if isinstance(run_id, str) else None,
-        key=idempotency_key if isinstance(idempotency_key, str) else None,
+        # Filed under at most MAX_ID characters of each, as a resume is: a longer key is
+        # refused below, and recording that refusal must not fail on the column's length.
+        run_id=_text(run_id),
+        key=_text(idempotency_key),
     )
     try:
         envelope = json_copy(envelope)
+        where = unstorable_where(envelope)
+        if where is not None:
+            # Text no database stores (a NUL: the lookup of the sender's key failed, and so
+            # did recording that failure) is refused as the gateway refuses it in a contract,
+            # the envelope and the ids it is filed under kept with that text escaped.
+            attempt.payload, fields, _ = _payload(envelope)
+            attempt.run_id = _text(fields.get("run_id"))
+            attempt.key = _text(fields.get("idempotency_key"))
+            reason = f"event holds NUL or unpaired surrogate characters{where}"
+            return _record(attempt, ResumeOutcome.MALFORMED, reason, claim=False)
         attempt.payload = envelope
         attempt.payload_hash = payload_hash(envelope)
         attempt.parsed = True
@@ -100,12 +115,17 @@ def send_event(
     return result
 
 
+def _text(value: object) -> str | None:
+    return value[:MAX_ID] if isinstance(value, str) else None
+
+
 def _send(
     envelope: dict[str, Any], attempt: _Attempt
 ) -> tuple[ResumeResult, Run | None, str | None]:
     """The send's decision: its result, the run it released, the run it kept an event for."""
     run_id, name, payload = envelope["run_id"], envelope["event"], envelope["payload"]
     sender_type, sender = envelope["actor"]["type"], envelope["actor"]["id"]
+    key = envelope["idempotency_key"]
     problems = [
         what
         for what, ok in (
@@ -113,10 +133,7 @@ def _send(
             ("event", isinstance(name, str) and 0 < len(name) <= 200),
             ("actor", isinstance(sender, str) and 0 < len(sender) <= 200),
             ("actor type", sender_type in ("human", "service")),
-            (
-                "idempotency_key",
-                isinstance(attempt.key, str) and 0 < len(attempt.key) <= 200,
-            ),
+            ("idempotency_key", isinstance(key, str) and 0 < len(key) <= 200),
             ("payload", isinstance(payload, dict)),
         )
         if not ok

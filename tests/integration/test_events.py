@@ -113,3 +113,40 @@ def test_whichever_of_two_events_comes_first(payments: str, tasks: TaskRecorder)
     assert cancelled.outcome == "accepted", cancelled.reason
     assert drain_finished(run_id) == "succeeded"
     assert get_run(run_id).output["outcome"] == ["payment_cancelled"]
+
+
+@pytest.mark.parametrize(
+    "over",
+    [
+        {"idempotency_key": "k\x00"},
+        {"payload": {"reference": "PO\x00", "amount": 1}},
+        {"payload": {"ref\x00": "x"}},
+        {"actor": "ba\x00nk"},
+    ],
+    ids=["key", "value", "field", "actor"],
+)
+def test_an_event_with_text_no_database_stores_is_malformed_and_recorded(
+    payments: str, tasks: TaskRecorder, over: dict[str, object]
+) -> None:
+    # (Found by the API's fuzzing: on PostgreSQL a NUL in the key failed the sender's lookup,
+    # then the recording of that failure, and the server answered 500.)
+    run_id = enqueue_run("payment", {})
+    sent = _send(payments, run_id, **over)
+    assert sent.outcome == "malformed"
+    assert "NUL or unpaired surrogate characters" in sent.reason
+    [attempt] = list_resume_attempts(run_id=run_id)
+    assert (attempt.id, attempt.outcome) == (sent.attempt_id, "malformed")
+    assert get_run(run_id).kept_events == []
+
+
+def test_an_event_with_a_key_longer_than_200_characters_is_malformed_and_recorded(
+    payments: str, tasks: TaskRecorder
+) -> None:
+    # (Found by the API's fuzzing: on PostgreSQL recording the refusal failed on the key's
+    # column, and the server answered 500.)
+    run_id = enqueue_run("payment", {})
+    sent = _send(payments, run_id, idempotency_key="k" * 201)
+    assert sent.outcome == "malformed"
+    assert "idempotency_key" in sent.reason
+    [attempt] = list_resume_attempts(run_id=run_id)
+    assert attempt.outcome == "malformed" and attempt.idempotency_key == "k" * 200

@@ -80,6 +80,7 @@ def document(app: FastAPI) -> dict[str, Any]:
         inline = operation.get("requestBody", {}).get("content", {}).get("application/json")
         schema = inline.get("schema", {}) if inline else {}
         if "title" in schema and "$ref" not in schema:
+            schema = _refer_to_components(schema)
             for name, nested in schema.pop("$defs", {}).items():
                 schemas[name] = _storable(nested)
             schemas[schema["title"]] = _storable(schema)
@@ -94,6 +95,21 @@ def document(app: FastAPI) -> dict[str, Any]:
         response.setdefault("links", {})[name] = link
     app.openapi_schema = doc
     return doc
+
+
+def _refer_to_components(value: Any) -> Any:
+    """``value`` (a model's schema) with its references to its own ``$defs`` made references
+    to the document's components, where those definitions go."""
+    if isinstance(value, dict):
+        return {
+            k: v.replace("#/$defs/", COMPONENTS)
+            if k == "$ref" and isinstance(v, str)
+            else _refer_to_components(v)
+            for k, v in value.items()
+        }
+    if isinstance(value, list):
+        return [_refer_to_components(item) for item in value]
+    return value
 
 
 def _body_of(component: str) -> dict[str, Any]:
