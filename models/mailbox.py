@@ -15,8 +15,8 @@ from sqlalchemy.orm import Session
 
 from models.db import dialect, utcnow
 from models.dialects import Dialect
-from models.statements import named
 from models.redaction import redacted
+from models.statements import named
 from models.tables import KeptEvent
 
 KEPT: Table = KeptEvent.__table__  # type: ignore[assignment]

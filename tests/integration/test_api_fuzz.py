@@ -19,6 +19,7 @@ from hypothesis import HealthCheck, settings
 from schemathesis.config import SchemathesisConfig
 from schemathesis.generation.stateful.state_machine import APIStateMachine
 
+from models.settings import reset_settings
 from tests.resumes import drain_pending
 from tests.webclient import api_headers, web_client
 from worker import add_actor, enqueue_run, list_interrupts, list_resume_attempts
@@ -43,9 +44,13 @@ ACCEPTABLE = ["2xx", "3xx", "401", "403", "404", "409", "410", "422", "429"]
 
 
 @pytest.fixture()
-def fuzzed_schema(db: str, tasks: TaskRecorder) -> Iterator[Any]:
+def fuzzed_schema(db: str, tasks: TaskRecorder, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
     """The application as ``interlude serve`` runs it, its document loaded by schemathesis,
-    called as an actor who answers approvals and operates their flows."""
+    called as an actor who answers approvals and operates their flows. Slack's callbacks are
+    configured (without a signing secret they answer 503, as documented), so what is fuzzed
+    is their signature check."""
+    monkeypatch.setenv("INTERLUDE_SLACK_SIGNING_SECRET", "fuzz-signing-secret")
+    reset_settings()
     credential = add_actor("fuzz", ["approver", "operator"])
     for n in range(WAITING):
         drain_pending(enqueue_run("approval", {"env": f"e{n}"}))
@@ -60,6 +65,8 @@ def fuzzed_schema(db: str, tasks: TaskRecorder) -> Iterator[Any]:
     )
     with web_client() as client:
         yield schemathesis.openapi.from_asgi("/openapi.json", client.app, config=config)
+    monkeypatch.undo()
+    reset_settings()
 
 
 api = schemathesis.pytest.from_fixture("fuzzed_schema")

@@ -14,6 +14,7 @@ from fastapi import APIRouter, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, Response
 
+from worker.web.api import Refused
 from worker.web.auth import client_of
 from worker.web.bodies import read_capped
 from worker.web.state import web_state
@@ -28,7 +29,24 @@ def _updater(request: Request) -> Any:
     return getattr(request.app.state, "slack_updater", None) or notify_slack.update_by_response_url
 
 
-@router.post("/v1/slack/actions", summary="Slack interactive callbacks (signed by Slack)")
+def _refused(why: str) -> dict[str, Any]:
+    return {"model": Refused, "description": why}
+
+
+@router.post(
+    "/v1/slack/actions",
+    summary="Slack interactive callbacks (signed by Slack)",
+    operation_id="slack_actions",
+    response_class=Response,
+    responses={
+        200: {"description": "the action was handled (the answer recorded, whatever it was)"},
+        400: _refused("the callback holds no action interlude can read"),
+        401: _refused("Slack's request signature is missing or wrong"),
+        413: _refused("the body is larger than a callback can be"),
+        429: _refused("too many refused requests from this client"),
+        503: _refused("Slack is not configured here (INTERLUDE_SLACK_SIGNING_SECRET)"),
+    },
+)
 async def slack_actions(request: Request) -> Response:
     from worker import notify_slack
 
