@@ -171,7 +171,7 @@ def floor_app(name: str, queue: str, *, task_events: bool | None = None) -> Cele
     from celery import Celery
 
     from models.settings import get_settings
-    from worker import redis_transport
+    from worker.engine import redis_transport
 
     events = get_settings().task_events if task_events is None else task_events
 

@@ -3,7 +3,7 @@
     .venv/bin/python -m bench.redis_clients [--messages 2000] [--rounds 5] [--json]
 
 kombu's Redis channel builds a new redis-py client for each command it sends outside the
-worker's event loop; interlude's transport (``worker/redis_transport.py``) keeps one per
+worker's event loop; interlude's transport (``worker/engine/redis_transport.py``) keeps one per
 channel. This bench does what a W1 task costs the broker's clients, through each transport in
 turn: publish N task messages with ``send_task``, each with its task-sent event (the caller's
 part), then take each from the queue and acknowledge it (the worker's: recorded as unacked,
@@ -28,7 +28,7 @@ from kombu import Connection, Consumer, Exchange, Producer, Queue  # type: ignor
 from bench.processes import BROKER_URL, exclusive, floor_app
 
 KOMBU = "kombu.transport.redis:Transport"
-INTERLUDE = "worker.redis_transport:Transport"
+INTERLUDE = "worker.engine.redis_transport:Transport"
 NAME = "bench.redis_clients"
 QUEUE = Queue(NAME, Exchange(NAME, type="direct"), routing_key=NAME)  # type: ignore[no-untyped-call]
 

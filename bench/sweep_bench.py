@@ -93,7 +93,7 @@ def explain(engine: Engine, *, analyze: bool) -> list[str]:
 
 def timed_sweep(url: str, engine: Engine, prefix: str) -> tuple[float, float]:
     """Seconds to sweep DUE fresh due interrupts, and milliseconds to select one batch of them."""
-    from worker.sweeps import sweep_expired
+    from worker.engine.sweeps import sweep_expired
 
     with engine.begin() as conn:
         insert_waiting(conn, prefix, DUE, -60)
@@ -119,7 +119,7 @@ def main() -> None:
     try:
         from models.db import dispose_engines, get_engine
         from models.migrate import upgrade
-        from worker.sweeps import sweep_expired
+        from worker.engine.sweeps import sweep_expired
 
         urls = {}
         for waiting, name in names.items():

@@ -63,7 +63,7 @@ def main() -> None:
     try:
         from models.db import dispose_engines, get_engine
         from models.migrate import upgrade
-        from worker.sweeps import sweep_expired, sweep_report
+        from worker.engine.sweeps import sweep_expired, sweep_report
 
         with admin.connect() as conn:
             conn.exec_driver_sql(f'CREATE DATABASE "{name}"')

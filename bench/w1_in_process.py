@@ -30,7 +30,7 @@ def run(runs: int) -> dict[str, Any]:
         from models.db import dispose_engines
         from models.migrate import upgrade
         from worker import add_actor, enqueue_run, list_interrupts, submit_resume
-        from worker.flows import load_flow_modules
+        from worker.flows.flow import load_flow_modules
         from worker.testing import recording
 
         upgrade(url)

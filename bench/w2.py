@@ -124,7 +124,7 @@ class Worker:
     def run_task(self, name: str) -> tuple[float, str]:
         """Publish task ``name`` as beat would; its duration in the worker, and its result."""
         from worker.app import app
-        from worker.tasknames import QUEUE_MAINTENANCE
+        from worker.engine.tasknames import QUEUE_MAINTENANCE
 
         task_id = uuid.uuid4().hex
         app.send_task(name, queue=QUEUE_MAINTENANCE, task_id=task_id)

@@ -233,7 +233,7 @@ def _component(name: str, schema: dict[str, Any]) -> str:
 
 def openapi_document() -> dict[str, Any]:
     from models.settings import Settings
-    from worker.web.app import create_app
+    from worker.web.asgi import create_app
 
     # The defaults, not this process's environment: the document does not depend on them.
     document: dict[str, Any] = create_app(Settings.model_construct()).openapi()
@@ -244,7 +244,7 @@ def http_page() -> str:
     document = openapi_document()
     info = document["info"]
     parts = [
-        header("the OpenAPI document of `interlude serve` (worker.web.app.create_app)"),
+        header("the OpenAPI document of `interlude serve` (worker.web.asgi.create_app)"),
         "# HTTP API\n\n",
         f"{info.get('summary', '')}\n\n",
         f"OpenAPI {document['openapi']}, API version {info['version']}. A running server also "

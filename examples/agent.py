@@ -258,6 +258,6 @@ def _told(tool: str, status: str, content: Any) -> dict[str, Any]:
 if __name__ == "__main__":
     import sys
 
-    from worker.demo_agent import run_agent_demo
+    from worker.cli.demo_agent import run_agent_demo
 
     sys.exit(run_agent_demo())

@@ -23,7 +23,7 @@ from examples import records
 from models.db import transaction, utcnow
 from models.errors import InvalidInputError
 from worker import NOT_APPLIED, Flow, StepContext, input_schema
-from worker.flows import RevalidationContext
+from worker.flows.flow import RevalidationContext
 
 INTERRUPT = "engineering_certificate"
 ENGINEER_ROLE = "engineer"

@@ -20,7 +20,7 @@ CONTRACT_EXPIRES_IN = timedelta(minutes=15)
 
 
 # The input schema of a tool-call review is named after its arguments' model:
-# ``<args>-review.vN`` (``worker.toolcalls.answer_model``).
+# ``<args>-review.vN`` (``worker.flows.toolcalls.answer_model``).
 REVIEW_SCHEMA_SUFFIX = "-review"
 
 

@@ -35,7 +35,7 @@ class LedgerEntry:
     status: str
     receipt: Any
     epoch: int
-    # What the call was made with (``worker.effects``): a key used again must match it.
+    # What the call was made with (``worker.engine.effects``): a key used again must match it.
     request_hash: str | None = None
 
 

@@ -1,7 +1,7 @@
 """When an old owner's lease ended, for a later owner that finds its effect unsettled.
 
 The later owner waits out a grace from that moment before it believes any answer about the
-old owner's call (``worker.fencing``).
+old owner's call (``worker.engine.fencing``).
 """
 
 from __future__ import annotations

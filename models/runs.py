@@ -659,7 +659,7 @@ def RUN_CLAIM_AT_ONCE(d: Dialect) -> Any:
 
 
 # The claim's result columns: the run's, whence it was claimed, its checkpoint's, and of each
-# answer what the step is told (``worker.context.ResolvedInterrupt``). (Kept short: psycopg
+# answer what the step is told (``worker.engine.context.ResolvedInterrupt``). (Kept short: psycopg
 # parses a statement longer than 4096 characters again at every execution.)
 _INTERRUPT_KEYS = (
     "id",

@@ -47,8 +47,8 @@ DEFAULT_EFFECT_MARGIN = 5.0
 # this long after that lease expired, so that a call it still had in flight has landed.
 DEFAULT_EFFECT_GRACE = 15.0
 
-# Flow notifiers (worker.notifications): each call has this long (Celery's soft time limit, where
-# the pool enforces one), a failed call is tried again this many times, the first time after
+# Flow notifiers (worker.ops.notifications): each call has this long (Celery's soft time limit,
+# where the pool enforces one), a failed call is tried again this many times, the first time after
 # this many seconds and twice as long each time after.
 DEFAULT_NOTIFY_TIMEOUT_SECONDS = 30.0
 DEFAULT_NOTIFY_RETRIES = 5
@@ -116,7 +116,7 @@ class Settings(BaseSettings):
     the process runs in; left unset, every command (but `demo`) and worker says so on one line
     with that file's full path."""
     tracing: bool = False
-    """OpenTelemetry spans for steps and answers (the `tracing` extra; worker.tracing): one run
+    """OpenTelemetry spans for steps and answers (the `tracing` extra; worker.ops.tracing): one run
     is one trace, across its waits."""
     broker_url: str = DEFAULT_BROKER_URL
     """Celery broker: Redis (`redis://host:6379/0`) or RabbitMQ (`amqp://user:password@host//`)
@@ -213,12 +213,12 @@ class Settings(BaseSettings):
     it watches. `true` turns on the worker's and the publishers' task-sent events, for a monitor
     that does not turn them on itself."""
     link_secret: str = ""
-    """The key answer links' tokens are signed with (`worker.links`): 32 characters or more.
-    Changing it ends every link issued. Links cannot be issued while it is empty."""
+    """The key answer links' tokens are signed with (`worker.gateway.answer_links`): 32 characters
+    or more. Changing it ends every link issued. Links cannot be issued while it is empty."""
     link_seconds: int = Field(DEFAULT_LINK_SECONDS, ge=1, le=LONGEST_SECONDS)
     """How long an answer link lives at most (never past its interrupt's deadline)."""
     smtp_host: str = ""
-    """The e-mail notifier's SMTP server (`worker.notify_email`); off while empty."""
+    """The e-mail notifier's SMTP server (`worker.ops.notify_email`); off while empty."""
     smtp_port: int = Field(DEFAULT_SMTP_PORT, ge=1, le=MAX_PORT)
     """The SMTP server's port."""
     smtp_security: Literal["starttls", "ssl", "none"] = "starttls"

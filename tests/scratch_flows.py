@@ -1,7 +1,7 @@
 """Flows and input schemas a test defines for itself, and modules it writes to define them.
 
-``scratch_registry()`` gives them back when the test ends: the registries of ``worker.flows``
-and ``worker.schemas`` are as they were before (the same dict objects, so that a test which
+``scratch_registry()`` gives them back when the test ends: the registries of ``worker.flows.flow``
+and ``worker.flows.schemas`` are as they were before (the same dict objects, so that a test which
 swapped one with monkeypatch restores it unharmed), and what was derived from the flows is
 derived again. ``FlowFiles`` writes flow modules to a folder on ``sys.path`` under names no
 other test uses, and forgets them at the end.
@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from worker import flows, schemas
+from worker.flows import flow as flows
+from worker.flows import schemas
 
 
 @contextmanager

@@ -137,7 +137,7 @@ class WorkerProcess:
     def start(self, timeout: float = 30.0) -> WorkerProcess:
         # Imported here, not at the top: importing ``worker`` creates the Celery app, which must
         # see the broker that tests/conftest.py sets after importing this module.
-        from worker.processes import start_celery
+        from worker.ops.processes import start_celery
 
         args: list[str] = []
         if self.kind == "worker":
@@ -162,13 +162,13 @@ class WorkerProcess:
 
     def kill(self) -> None:
         """SIGKILL the whole process group: the main process and its pool children."""
-        from worker.processes import kill_process
+        from worker.ops.processes import kill_process
 
         if self.proc is not None:
             kill_process(self.proc)
 
     def stop(self) -> None:
-        from worker.processes import stop_process
+        from worker.ops.processes import stop_process
 
         if self.proc is not None:
             stop_process(self.proc)
@@ -251,7 +251,7 @@ def statements_sent(url: str) -> Iterator[list[str]]:
 def broker_down() -> Iterator[list[str]]:
     """Every step publish of this process is refused meanwhile, as by a broker that is down;
     yields the runs whose publish was refused, in order."""
-    from worker import dispatch
+    from worker.engine import dispatch
 
     refused: list[str] = []
 

@@ -17,7 +17,7 @@ from typing import Any
 from fastapi.testclient import TestClient
 
 from models.settings import get_settings
-from worker.web.app import create_app
+from worker.web.asgi import create_app
 
 # High enough that only a test about throttling reaches a limit.
 UNTHROTTLED = {"web_client_limit": "100000/minute", "web_actor_limit": "100000/minute"}

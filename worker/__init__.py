@@ -19,7 +19,12 @@ if TYPE_CHECKING:
     from celery import Celery
 
     from models.contracts import InterruptView, ResumeContract, ResumeResult
-    from worker.actors import (
+    from worker.engine.context import Resume, StepContext
+    from worker.engine.effects import NOT_APPLIED, UNKNOWN
+    from worker.flows.flow import Flow
+    from worker.flows.schemas import BudgetGrant, OperatorRelease, RepairResolution, input_schema
+    from worker.forks import fork_run
+    from worker.gateway.actors import (
         add_actor,
         list_actors,
         revoke_actor,
@@ -27,21 +32,16 @@ if TYPE_CHECKING:
         set_actor_kind,
         set_actor_roles,
     )
-    from worker.context import Resume, StepContext
-    from worker.effects import NOT_APPLIED, UNKNOWN
-    from worker.events import send_event
-    from worker.flows import Flow
-    from worker.forks import fork_run
-    from worker.gateway import submit_resume
+    from worker.gateway.checks import submit_resume
+    from worker.gateway.events import send_event
     from worker.interrupts import (
         count_resume_attempts,
         get_interrupt,
         list_interrupts,
         list_resume_attempts,
     )
+    from worker.ops.step_history import list_steps
     from worker.runs import cancel_run, enqueue_run, get_run, list_runs, pause_run
-    from worker.schemas import BudgetGrant, OperatorRelease, RepairResolution, input_schema
-    from worker.step_history import list_steps
 
     app: Celery
     celery: Celery
@@ -50,21 +50,21 @@ _EXPORTS = {
     "InterruptView": "models.contracts",
     "ResumeContract": "models.contracts",
     "ResumeResult": "models.contracts",
-    "add_actor": "worker.actors",
-    "list_actors": "worker.actors",
-    "revoke_actor": "worker.actors",
-    "rotate_actor": "worker.actors",
-    "set_actor_kind": "worker.actors",
-    "set_actor_roles": "worker.actors",
-    "Resume": "worker.context",
-    "StepContext": "worker.context",
-    "NOT_APPLIED": "worker.effects",
-    "UNKNOWN": "worker.effects",
-    "Flow": "worker.flows",
-    "submit_resume": "worker.gateway",
-    "send_event": "worker.events",
+    "add_actor": "worker.gateway.actors",
+    "list_actors": "worker.gateway.actors",
+    "revoke_actor": "worker.gateway.actors",
+    "rotate_actor": "worker.gateway.actors",
+    "set_actor_kind": "worker.gateway.actors",
+    "set_actor_roles": "worker.gateway.actors",
+    "Resume": "worker.engine.context",
+    "StepContext": "worker.engine.context",
+    "NOT_APPLIED": "worker.engine.effects",
+    "UNKNOWN": "worker.engine.effects",
+    "Flow": "worker.flows.flow",
+    "submit_resume": "worker.gateway.checks",
+    "send_event": "worker.gateway.events",
     "fork_run": "worker.forks",
-    "list_steps": "worker.step_history",
+    "list_steps": "worker.ops.step_history",
     "count_resume_attempts": "worker.interrupts",
     "get_interrupt": "worker.interrupts",
     "list_interrupts": "worker.interrupts",
@@ -74,10 +74,10 @@ _EXPORTS = {
     "get_run": "worker.runs",
     "list_runs": "worker.runs",
     "pause_run": "worker.runs",
-    "BudgetGrant": "worker.schemas",
-    "OperatorRelease": "worker.schemas",
-    "RepairResolution": "worker.schemas",
-    "input_schema": "worker.schemas",
+    "BudgetGrant": "worker.flows.schemas",
+    "OperatorRelease": "worker.flows.schemas",
+    "RepairResolution": "worker.flows.schemas",
+    "input_schema": "worker.flows.schemas",
 }
 
 __all__ = [
@@ -118,7 +118,7 @@ __all__ = [
 
 def _celery_app() -> Any:
     # The tasks module registers the tasks with the app, as ``celery -A worker`` expects.
-    return importlib.import_module("worker.tasks").app
+    return importlib.import_module("worker.engine.tasks").app
 
 
 def __getattr__(name: str) -> Any:

@@ -11,9 +11,7 @@ from kombu.transport import TRANSPORT_ALIASES
 
 from models.errors import ConfigurationError
 from models.settings import Settings, get_settings
-from worker.flower_guard import guard_flower, is_flower_command
-from worker.startup import refuse, under_celery_command
-from worker.tasknames import (
+from worker.engine.tasknames import (
     QUEUE_MAINTENANCE,
     QUEUE_NOTIFY,
     QUEUE_RESUMES,
@@ -24,8 +22,10 @@ from worker.tasknames import (
     TASK_STEP,
     TASK_SWEEP,
 )
+from worker.ops.flower_guard import guard_flower, is_flower_command
+from worker.startup import refuse, under_celery_command
 
-# Beat ticks at least this often (worker.beat touches its alive file at every tick).
+# Beat ticks at least this often (worker.ops.beat_scheduler touches its alive file at every tick).
 MAX_TICK_SECONDS = 30.0
 # Seconds a command to Redis (a publish) or a connection to it may take before it fails.
 BROKER_SOCKET_TIMEOUT = 5.0
@@ -36,10 +36,10 @@ BROKER_SOCKET_TIMEOUT = 5.0
 NOTIFY_HARD_LIMIT_GRACE = 10.0
 
 # kombu finds the transport of a URL's scheme in this table: ``redis://`` and ``rediss://`` get
-# kombu's Redis transport with one command client per channel (worker/redis_transport.py).
+# kombu's Redis transport with one command client per channel (worker/engine/redis_transport.py).
 # A "module:Class" path, imported only when a connection needs it, so the filesystem default
 # never loads redis; URLs and Flower still see the scheme "redis".
-REDIS_TRANSPORT = "worker.redis_transport:Transport"
+REDIS_TRANSPORT = "worker.engine.redis_transport:Transport"
 TRANSPORT_ALIASES.update(redis=REDIS_TRANSPORT, rediss=REDIS_TRANSPORT)
 
 
@@ -139,7 +139,7 @@ def create_app(settings: Settings | None = None) -> Celery:
         # Each queue gets its own exchange and routing key: queues declared by name alone all
         # bind to the default exchange under one key, and every publish would reach all of them.
         # A worker started without -Q consumes every queue listed here, notifications included:
-        # nothing waits in a queue nobody takes. (QUEUE_NOTIFY: worker.tasknames says why.)
+        # nothing waits in a queue nobody takes. (QUEUE_NOTIFY: worker.engine.tasknames says why.)
         task_queues=[
             _queue(q) for q in (QUEUE_STEPS, QUEUE_RESUMES, QUEUE_MAINTENANCE, QUEUE_NOTIFY)
         ],
@@ -160,10 +160,10 @@ def create_app(settings: Settings | None = None) -> Celery:
                 "time_limit": settings.notify_timeout_seconds + NOTIFY_HARD_LIMIT_GRACE,
             }
         },
-        imports=["worker.tasks"],
+        imports=["worker.engine.tasks"],
         beat_schedule=_beat_schedule(),
         # Beat's scheduler touches a file at every tick, at least every 30 s: its healthcheck.
-        beat_scheduler="worker.beat:Scheduler",
+        beat_scheduler="worker.ops.beat_scheduler:Scheduler",
         beat_max_loop_interval=MAX_TICK_SECONDS,
         timezone="UTC",
     )

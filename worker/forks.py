@@ -17,13 +17,14 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from models import forks as store
+from models import forks as fork_store
 from models.db import transaction
 from models.errors import InterludeError, InvalidInputError, OperatorRefusedError
-from worker import authority, dispatch
-from worker.actors import Credential
-from worker.authority import ActorType
-from worker.flows import get_flow
+from worker.engine import dispatch
+from worker.flows.flow import get_flow
+from worker.gateway import authority
+from worker.gateway.actors import Credential
+from worker.gateway.authority import ActorType
 
 
 def fork_run(
@@ -47,13 +48,13 @@ def fork_run(
     try:
         with transaction() as session:
             origin = authority.authorize(session, run_id, who, secret)
-            at = store.fork_point(session, origin.id, from_step)
+            at = fork_store.fork_point(session, origin.id, from_step)
             if at is None:
                 raise InvalidInputError(
                     detail=f"run {origin.id} never reached step {from_step!r}: nothing to fork from"
                 )
             given = origin.input if input is None else _checked_input(origin, input)
-            fork, _ = store.insert_fork(
+            fork, _ = fork_store.insert_fork(
                 session,
                 origin,
                 at,

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 from typing import TypeVar
 
-from models import interrupts as store
+from models import interrupts as interrupt_store
 from models.contracts import InterruptView, ResumeAttemptView
 from models.db import transaction
 from models.enums import InterruptKind, InterruptStatus, ResumeOutcome
 from models.errors import InterruptNotFoundError, InvalidInputError
 from models.tables import Interrupt
-from worker import arguments, dispatch
-from worker.flows import Flow, notifier_name
+from worker import arguments
+from worker.engine import dispatch
+from worker.flows.flow import Flow, notifier_name
 
 E = TypeVar("E", InterruptStatus, InterruptKind, ResumeOutcome)
 
@@ -23,7 +24,7 @@ def view(row: Interrupt) -> InterruptView:
 def notify(flow: Flow, interrupt: Interrupt) -> None:
     """Publish one notify task per notifier of ``flow`` about ``interrupt``, once it committed.
 
-    The notifiers run in a worker (``worker.notifications``), each in a task of its own, with a
+    The notifiers run in a worker (``worker.ops.notifications``), each in a task of its own, with a
     time limit and retries: never here, in the step's, the sweep's or the resume's slot. A flow
     without notifiers costs nothing. A publish the broker refuses is logged; the run goes on.
     """
@@ -51,7 +52,7 @@ def list_interrupts(
     wanted_status = _member(InterruptStatus, status, "status") if status is not None else None
     wanted_kind = _member(InterruptKind, kind, "kind").value if kind is not None else None
     with transaction(readonly=True) as session:
-        rows = store.list_rows(
+        rows = interrupt_store.list_rows(
             session=session, run_id=run_id, status=wanted_status, kind=wanted_kind, limit=limit
         )
         return [view(row) for row in rows]
@@ -67,7 +68,7 @@ def _member(enum: type[E], value: str, what: str) -> E:
 
 def get_interrupt(interrupt_id: str) -> InterruptView:
     with transaction(readonly=True) as session:
-        row = store.get(session, interrupt_id)
+        row = interrupt_store.get(session, interrupt_id)
         if row is None:
             raise InterruptNotFoundError(interrupt_id=interrupt_id)
         return view(row)
@@ -88,7 +89,7 @@ def list_resume_attempts(
     before = arguments.optional_count("before", before, arguments.MAX_ROW_ID)
     wanted = _member(ResumeOutcome, outcome, "outcome").value if outcome is not None else None
     with transaction(readonly=True) as session:
-        rows = store.list_attempts(
+        rows = interrupt_store.list_attempts(
             session,
             interrupt_id=interrupt_id,
             run_id=run_id,
@@ -119,4 +120,4 @@ def count_resume_attempts(
     run_id = arguments.optional_text("run_id", run_id)
     interrupt_id = arguments.optional_text("interrupt_id", interrupt_id)
     with transaction(readonly=True) as session:
-        return store.count_attempts(session, run_id=run_id, interrupt_id=interrupt_id)
+        return interrupt_store.count_attempts(session, run_id=run_id, interrupt_id=interrupt_id)

@@ -1,6 +1,6 @@
 """What operators do to runs beyond cancel and pause: retry a failed run, wait for a run, and
 select runs in bulk. Application code may call these as well; retry, like cancel and pause,
-authenticates its actor (``worker.authority``)."""
+authenticates its actor (``worker.gateway.authority``)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import time
 from datetime import datetime
 
 from models import operator_queries
-from models import runs as store
+from models import runs as run_store
 from models.contracts import RunSummary, RunView
 from models.db import transaction, utcnow
 from models.enums import EventKind, RunState
@@ -20,9 +20,11 @@ from models.errors import (
     WaitTimeoutError,
 )
 from models.identity import normal_actor_id
-from worker import arguments, authority, dispatch
-from worker.actors import Credential
-from worker.authority import ActorType
+from worker import arguments
+from worker.engine import dispatch
+from worker.gateway import authority
+from worker.gateway.actors import Credential
+from worker.gateway.authority import ActorType
 from worker.runs import checked_reason, get_run
 
 # Polling the run row is the whole of waiting: nothing else needs to be running.
@@ -54,7 +56,7 @@ def retry_run(
             run = authority.authorize(session, run_id, who, secret)
             if run.state != RunState.FAILED.value:
                 raise InvalidTransitionError(run_id=run_id, trigger="retry", found=run.state)
-            store.move(
+            run_store.move(
                 session,
                 run,
                 EventKind.RESTART,

@@ -12,7 +12,7 @@ from sqlalchemy.orm import Session
 from models import forks as fork_store
 from models import interrupts as interrupt_store
 from models import mailbox, queries
-from models import runs as store
+from models import runs as run_store
 from models.contracts import (
     CheckpointView,
     EffectView,
@@ -35,11 +35,13 @@ from models.identity import actor_id_problem, normal_actor_id
 from models.redaction import redacted
 from models.runs import storable_text, unstorable_where
 from models.tables import Actor
-from worker import arguments, authority, dispatch
-from worker.actors import Credential, authenticate
+from worker import arguments
 from worker.ask_groups import group_views
-from worker.authority import ActorType
-from worker.flows import get_flow
+from worker.engine import dispatch
+from worker.flows.flow import get_flow
+from worker.gateway import authority
+from worker.gateway.actors import Credential, authenticate
+from worker.gateway.authority import ActorType
 from worker.interrupts import view as interrupt_view
 
 log = logging.getLogger(__name__)
@@ -114,7 +116,7 @@ def enqueue_run(
             return existing
     try:
         with transaction(autocommit=True) as session:
-            run = store.insert_run(
+            run = run_store.insert_run(
                 session,
                 flow_name=flow.name,
                 flow_version=flow.version,
@@ -170,7 +172,7 @@ def start_run(
     run_id = enqueue_run(flow.name, input, key, started_by=who.actor_id)
     if started_before:
         with transaction(readonly=True) as session:
-            starter = store.load_run(session, run_id).started_by
+            starter = run_store.load_run(session, run_id).started_by
         if starter != who.actor_id:
             raise InvalidInputError(
                 detail=f"idempotency key {key!r} already started a run of another starter"
@@ -194,7 +196,7 @@ def _start_problem(
 
 def _by_key(key: str, flow_name: str) -> str | None:
     with transaction(readonly=True) as session:
-        found = store.find_by_key(session, key)
+        found = run_store.find_by_key(session, key)
     if found is None:
         return None
     run_id, found_flow = found
@@ -207,8 +209,8 @@ def _by_key(key: str, flow_name: str) -> str | None:
 
 def get_run(run_id: str) -> RunView:
     with transaction(readonly=True) as session:
-        run = store.load_run(session, run_id)
-        checkpoint = store.latest_checkpoint(session, run)
+        run = run_store.load_run(session, run_id)
+        checkpoint = run_store.latest_checkpoint(session, run)
         pending = interrupt_store.pending_of_run(session, run_id)
         groups = group_views(interrupt_store.group_asks(session, run_id, checkpoint.id))
         kept = [
@@ -266,19 +268,19 @@ def list_runs(
 
 def list_checkpoints(run_id: str) -> list[CheckpointView]:
     with transaction(readonly=True) as session:
-        store.load_run(session, run_id)
+        run_store.load_run(session, run_id)
         return [_view(CheckpointView, row) for row in queries.checkpoints_of(session, run_id)]
 
 
 def list_events(run_id: str) -> list[EventView]:
     with transaction(readonly=True) as session:
-        store.load_run(session, run_id)
+        run_store.load_run(session, run_id)
         return [_view(EventView, row) for row in queries.events_of(session, run_id)]
 
 
 def list_effects(run_id: str) -> list[EffectView]:
     with transaction(readonly=True) as session:
-        store.load_run(session, run_id)
+        run_store.load_run(session, run_id)
         return [_view(EffectView, row) for row in queries.effects_of(session, run_id)]
 
 
@@ -299,7 +301,7 @@ def pause_run(run_id: str, *, actor: str, credential: str, actor_type: ActorType
     try:
         with transaction() as session:
             run = authority.authorize(session, run_id, who, secret)
-            if not store.request_pause(session, run_id, actor=who.label):
+            if not run_store.request_pause(session, run_id, actor=who.label):
                 raise InvalidTransitionError(run_id=run_id, trigger="pause", found=run.state)
     except OperatorRefusedError as refusal:
         authority.record_refusal(refusal, who)
@@ -343,12 +345,12 @@ def cancel_run(
 def _cancel(session: Session, run_id: str, actor: str, reason: str) -> None:
     # The reason is also the run's error, shown to whoever reads the run.
     reason = redacted(reason)
-    run = store.load_run(session, run_id)
-    store.run_destination(EventKind.CANCEL, run.state, run_id)
+    run = run_store.load_run(session, run_id)
+    run_store.run_destination(EventKind.CANCEL, run.state, run_id)
     # Interrupt rows before the run row, in the order the gateway and the sweep take them:
     # the opposite order deadlocks with a resume or a sweep of the same run.
     _hold_pending(session, run_id)
-    store.move(
+    run_store.move(
         session, run, EventKind.CANCEL, actor=actor, detail={"reason": reason}, error=reason or None
     )
     # All of them in one statement, whatever the reads above saw.

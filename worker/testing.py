@@ -1,11 +1,11 @@
 """Testing flows without a broker or a worker process: record publishes, then drain them here.
 
-``recording()`` installs a recorder as the publisher of this process (see ``worker.dispatch``):
-every task interlude would send to Celery (a run's steps, accepted resumes, retries, sweeps'
-and the reaper's republishes, notifications and their retries) is kept in memory instead.
-``drain()`` then executes them in the calling process through the same code a worker runs
-(``worker.runtime.execute``, ``worker.notifications.deliver``), against the real database,
-until none is left. This is not Celery's eager mode: nothing runs at
+``recording()`` installs a recorder as the publisher of this process (see
+``worker.engine.dispatch``): every task interlude would send to Celery (a run's steps, accepted
+resumes, retries, sweeps' and the reaper's republishes, notifications and their retries) is kept in
+memory instead. ``drain()`` then executes them in the calling process through the same code a worker
+runs (``worker.engine.runtime.execute``, ``worker.ops.notifications.deliver``), against the real
+database, until none is left. This is not Celery's eager mode: nothing runs at
 publish time, inside the caller's transaction or stack; tasks run when the test says so.
 
     with recording() as tasks:
@@ -22,11 +22,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from models.kept import keeping
-from worker import dispatch
-from worker.dispatch import Notice
-from worker.notifications import deliver
-from worker.runtime import execute
-from worker.tasknames import QUEUE_NOTIFY, TASK_NOTIFY, TASK_RESUME, TASK_STEP
+from worker.engine import dispatch
+from worker.engine.dispatch import Notice
+from worker.engine.runtime import execute
+from worker.engine.tasknames import QUEUE_NOTIFY, TASK_NOTIFY, TASK_RESUME, TASK_STEP
+from worker.ops.notifications import deliver
 
 DEFAULT_DRAIN_TIMEOUT = 60.0
 

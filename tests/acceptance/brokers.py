@@ -14,7 +14,7 @@ from kombu import Connection
 from tests.acceptance.private_services import PrivateRabbit
 from tests.conftest import OWN_BROKER_DB
 from tests.services import redis_client
-from worker.tasknames import QUEUE_MAINTENANCE, QUEUE_NOTIFY, QUEUE_RESUMES, QUEUE_STEPS
+from worker.engine.tasknames import QUEUE_MAINTENANCE, QUEUE_NOTIFY, QUEUE_RESUMES, QUEUE_STEPS
 
 BROKERS = ["redis", "rabbitmq"]
 QUEUES = (QUEUE_STEPS, QUEUE_RESUMES, QUEUE_MAINTENANCE, QUEUE_NOTIFY)

@@ -17,7 +17,7 @@ from tests.resumes import wait_finished, wait_pending
 from tests.services import WorkerProcess
 from tests.webserver import WebServer
 from worker import add_actor, enqueue_run, get_run, list_resume_attempts
-from worker.contacts import add_contact
+from worker.ops.contacts import add_contact
 
 SECRET = "acceptance-link-secret-" + "x" * 20
 UNTHROTTLED = {

@@ -14,7 +14,7 @@ from models.db import transaction, utcnow
 from models.tables import ResumeAttempt
 from tests.acceptance.test_cli import Cli, cli, finished, waiting_on  # noqa: F401
 from worker import add_actor, enqueue_run, submit_resume
-from worker.safetext import escape_controls
+from worker.present.safetext import escape_controls
 
 REFUSED = 1001
 FORGED = "\x1b[2J\x1b[H\r\n1999-01-01 00:00:00.000   resume accepted   human:ada   approved\u202e"

@@ -23,10 +23,10 @@ from models.db import transaction, utcnow
 from models.tables import Event, Interrupt, ResumeAttempt, Run
 from tests.flows.expiry import NOTIFIED
 from tests.services import ROOT, wait_for
-from worker.dispatch import Notice
-from worker.notifications import Outcome, deliver
-from worker.runtime import execute
-from worker.tasknames import QUEUE_NOTIFY, QUEUE_RESUMES, TASK_NOTIFY, TASK_RESUME
+from worker.engine.dispatch import Notice
+from worker.engine.runtime import execute
+from worker.engine.tasknames import QUEUE_NOTIFY, QUEUE_RESUMES, TASK_NOTIFY, TASK_RESUME
+from worker.ops.notifications import Outcome, deliver
 
 RUNS = 1000
 POLICIES = ("expire", "cancel", "escalate", "default")
@@ -39,7 +39,7 @@ READY = "sweepers:ready"
 SWEEPER = f"""
 import os, sys, time
 import redis
-from worker.sweeps import sweep_expired
+from worker.engine.sweeps import sweep_expired
 r = redis.Redis.from_url(os.environ["INTERLUDE_TEST_REDIS"])
 r.rpush("{READY}", sys.argv[1])
 while not r.exists("{GO}"):

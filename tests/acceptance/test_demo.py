@@ -28,7 +28,7 @@ def demo_command() -> list[str]:
     return [
         sys.executable,
         "-c",
-        "import sys; from worker.demo import run_demo; sys.exit(run_demo())",
+        "import sys; from worker.cli.demo import run_demo; sys.exit(run_demo())",
     ]
 
 
@@ -81,8 +81,8 @@ def test_the_demo_tells_the_procurement_story_and_cleans_up(tmp_path: Path) -> N
 def test_the_demo_stops_its_worker_when_the_story_fails(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from worker import demo
     from worker.app import app
+    from worker.cli import demo
 
     # Given a demo whose story breaks once its real worker is running
     started: list[subprocess.Popen[bytes]] = []

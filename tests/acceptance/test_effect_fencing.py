@@ -27,7 +27,7 @@ from tests.integration.test_effects import (
 )
 from tests.services import WorkerProcess, wait_for
 from worker import add_actor, enqueue_run, get_run, list_interrupts
-from worker.reaper import reap
+from worker.engine.reaper import reap
 from worker.runs import list_effects
 
 

@@ -16,8 +16,8 @@ from models.tables import Checkpoint, Event, Run
 from tests.acceptance.brokers import messages_held
 from tests.services import WorkerProcess, wait_for
 from worker import app, enqueue_run, get_run
-from worker.reaper import reap
-from worker.tasknames import QUEUE_STEPS, TASK_STEP
+from worker.engine.reaper import reap
+from worker.engine.tasknames import QUEUE_STEPS, TASK_STEP
 
 RUNS = 200
 

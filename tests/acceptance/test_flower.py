@@ -19,7 +19,7 @@ import pytest
 
 from tests.services import ROOT, WorkerProcess, started_processes, wait_for
 from worker import enqueue_run, get_run
-from worker.tasknames import QUEUE_MAINTENANCE, QUEUE_RESUMES, QUEUE_STEPS, TASK_STEP
+from worker.engine.tasknames import QUEUE_MAINTENANCE, QUEUE_RESUMES, QUEUE_STEPS, TASK_STEP
 
 DEPLOY = {"service": "billing", "environment": "staging", "version": "3.1.0", "diff": "+ x = 1\n"}
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.services import ROOT
-from worker.processes import start_celery, stop_process
+from worker.ops.processes import start_celery, stop_process
 
 
 @pytest.fixture(scope="module")

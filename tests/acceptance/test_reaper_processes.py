@@ -20,14 +20,14 @@ from tests.flows.effects import applied, calls
 from tests.integration.test_reaper import _age_dispatch, _claimed_by_dead_worker, _events, _queued
 from tests.services import ROOT, WorkerProcess, wait_for
 from worker import ResumeContract, add_actor, enqueue_run, get_run, list_interrupts
-from worker.reaper import reap
+from worker.engine.reaper import reap
 
 
 def _reaper_process(barrier: Path, name: str) -> subprocess.Popen[bytes]:
     # Each reaper loops over small batches until it finds nothing, then prints its total.
     code = (
         "import os, pathlib, sys, time\n"
-        "from worker.reaper import reap\n"
+        "from worker.engine.reaper import reap\n"
         "barrier = pathlib.Path(sys.argv[1])\n"
         "(barrier / sys.argv[2]).touch()\n"
         "while not (barrier / 'go').exists():\n"

@@ -17,7 +17,7 @@ from bench.redis_clients import KOMBU, NAME, ClientCount, round_trip
 from tests.conftest import REDIS_DB, REDIS_URL
 from tests.services import redis_client
 from worker import app
-from worker.redis_transport import Channel
+from worker.engine.redis_transport import Channel
 
 # A database of its own: the session's broker (REDIS_DB) has a worker consuming it.
 DB = REDIS_DB + 3

@@ -15,7 +15,7 @@ from tests.acceptance.brokers import messages_held
 from tests.resumes import contract_for, wait_finished, wait_pending
 from tests.services import WorkerProcess, forget_connections, wait_for
 from worker import add_actor, app, enqueue_run, list_interrupts, submit_resume
-from worker.tasknames import QUEUE_RESUMES, QUEUE_STEPS
+from worker.engine.tasknames import QUEUE_RESUMES, QUEUE_STEPS
 
 WAITING_RUNS = 50
 QUEUES = (QUEUE_STEPS, QUEUE_RESUMES)

@@ -24,7 +24,7 @@ from models.tables import Interrupt, Run
 from tests.flows.effects import applied, landed, outside, receipt_of, ship_calls
 from tests.services import WorkerProcess, wait_for
 from worker import add_actor, enqueue_run, get_run, list_interrupts, submit_resume
-from worker.reaper import reap
+from worker.engine.reaper import reap
 from worker.runs import list_effects
 
 GRACE = 2.0

@@ -12,7 +12,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from worker import Flow, StepContext, input_schema
-from worker.flows import RevalidationContext
+from worker.flows.flow import RevalidationContext
 
 
 @input_schema("cli_review.v1")

@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict
 
 from models.contracts import InterruptView
 from worker import Flow, StepContext, input_schema
-from worker.flows import RevalidationContext
+from worker.flows.flow import RevalidationContext
 
 NOTIFIED = "expiry_policies:notified"
 

@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from models.contracts import InterruptView
 from models.errors import InterruptNotFoundError
 from worker import Flow, StepContext, get_interrupt, input_schema
-from worker.flows import RevalidationContext
+from worker.flows.flow import RevalidationContext
 
 
 def scratch_redis() -> redis.Redis:

@@ -1,7 +1,7 @@
 """A flow whose approvals are answered from e-mail and Slack (the answer-link tests).
 
 Its notifiers are interlude's own: each is off until configured (INTERLUDE_SMTP_HOST, the
-Slack bot token and channel, or a poster a test puts in ``worker.notify_slack.poster``).
+Slack bot token and channel, or a poster a test puts in ``worker.ops.notify_slack.poster``).
 """
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ from pydantic import BaseModel, ConfigDict
 
 from tests.flows.interrupts import Approval
 from worker import Flow, StepContext
-from worker.notify_email import email_answer_links
-from worker.notify_slack import slack_answer_buttons
-from worker.schemas import input_schema
+from worker.flows.schemas import input_schema
+from worker.ops.notify_email import email_answer_links
+from worker.ops.notify_slack import slack_answer_buttons
 
 
 @input_schema("purchase-order.v1")

@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict
 
 from tests.flows.versions_schemas import VerApproval
 from worker import Flow, StepContext, input_schema
-from worker.flows import RevalidationContext
+from worker.flows.flow import RevalidationContext
 
 
 @input_schema("ver-signoff.v1")

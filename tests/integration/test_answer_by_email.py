@@ -14,8 +14,8 @@ from models.settings import reset_settings
 from tests.mailbox import Inbox, links_in, smtp_server
 from tests.resumes import drain_finished, drain_pending
 from worker import add_actor, enqueue_run, get_run, revoke_actor
-from worker.contacts import add_contact
-from worker.links import answer_with_link, list_links
+from worker.gateway.answer_links import answer_with_link, list_links
+from worker.ops.contacts import add_contact
 from worker.testing import TaskRecorder
 
 pytestmark = pytest.mark.usefixtures("scratch")

@@ -22,8 +22,7 @@ from models.tables import AnswerLink, ResumeAttempt
 from tests.flows.interrupts import scratch_redis
 from tests.resumes import contract_for, drain_finished, drain_pending, snapshot
 from worker import add_actor, enqueue_run, get_interrupt, get_run, revoke_actor, rotate_actor
-from worker.gateway import submit_proven
-from worker.links import (
+from worker.gateway.answer_links import (
     LinkProof,
     answer_with_link,
     issue_links,
@@ -32,6 +31,7 @@ from worker.links import (
     revoke_links,
     signed_link_id,
 )
+from worker.gateway.checks import submit_proven
 from worker.testing import TaskRecorder
 
 SECRET = "s" * 40

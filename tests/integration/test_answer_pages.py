@@ -21,9 +21,9 @@ from tests.asgi import AsgiClient
 from tests.flows.interrupts import scratch_redis
 from tests.resumes import contract_for, drain_pending
 from worker import add_actor, enqueue_run, get_interrupt, submit_resume
-from worker.links import issue_links
+from worker.gateway.answer_links import issue_links
 from worker.testing import TaskRecorder
-from worker.web.app import create_app
+from worker.web.asgi import create_app
 from worker.web.links import RedactLinkTokens
 
 SECRET = "p" * 40

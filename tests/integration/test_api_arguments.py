@@ -15,7 +15,10 @@ from sqlalchemy import func, select
 from models.db import transaction
 from models.errors import ActorError, ActorNotFoundError, InterludeError, InvalidInputError
 from models.tables import Actor, Checkpoint, Effect, Event, Interrupt, ResumeAttempt, Run
-from worker import actors, interrupts, operate, reaper, retention, runs, sweeps
+from worker import interrupts, operate, runs
+from worker.engine import reaper, sweeps
+from worker.gateway import actors
+from worker.ops import retention
 from worker.testing import TaskRecorder
 
 NAIVE = datetime(2020, 1, 1)
@@ -66,7 +69,7 @@ BAD_CALLS = [
     case("list-runs-limit-huge", lambda: runs.list_runs(limit=HUGE), "limit"),
     case("list-runs-limit-negative", lambda: runs.list_runs(limit=-1), "limit"),
     case("list-runs-limit-none", lambda: runs.list_runs(limit=None), "limit"),
-    # worker.retention.purge_finished_runs
+    # worker.ops.retention.purge_finished_runs
     case("purge-str", lambda: purge("2020-01-01"), "finished_before"),
     case("purge-date", lambda: purge(date(2020, 1, 1)), "finished_before"),
     case("purge-past-utc", lambda: purge(BEFORE_UTC), "finished_before"),
@@ -78,7 +81,7 @@ BAD_CALLS = [
     case("purge-batch-nan", lambda: purge(_tomorrow(), dry_run=False, batch=math.nan), "batch"),
     case("purge-batch-huge", lambda: purge(_tomorrow(), dry_run=False, batch=HUGE), "batch"),
     case("purge-batch-true", lambda: purge(_tomorrow(), dry_run=False, batch=True), "batch"),
-    # worker.sweeps.sweep_expired and worker.reaper.reap
+    # worker.engine.sweeps.sweep_expired and worker.engine.reaper.reap
     case("sweep-batch-str", lambda: sweeps.sweep_expired(batch="5"), "sweep batch"),
     case("sweep-batch-true", lambda: sweeps.sweep_expired(batch=True), "sweep batch"),
     case("sweep-batch-float", lambda: sweeps.sweep_expired(batch=1.5), "sweep batch"),
@@ -120,7 +123,7 @@ BAD_CALLS = [
     case("count-attempts-run-int", lambda: counted(run_id=5), "run_id"),
     case("count-attempts-interrupt-int", lambda: counted(interrupt_id=5), "interrupt_id"),
     case("count-attempts-run-nul", lambda: counted(run_id="a\x00"), "run_id"),
-    # worker.actors: refused as the module refuses a bad actor id or roles (ActorError)
+    # worker.gateway.actors: refused as the module refuses a bad actor id or roles (ActorError)
     case("add-actor-roles-int", lambda: actors.add_actor("bob", 5), "roles", ActorError),
     case("add-actor-roles-none", lambda: actors.add_actor("bob", None), "roles", ActorError),
     case("set-roles-roles-int", lambda: actors.set_actor_roles("ops", 5), "roles", ActorError),

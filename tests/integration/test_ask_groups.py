@@ -19,8 +19,8 @@ from models.db import utcnow
 from tests.flows.interrupts import scratch_redis
 from tests.resumes import contract_for, drain_finished
 from worker import add_actor, enqueue_run, get_run, list_interrupts, submit_resume
+from worker.engine.sweeps import sweep_report
 from worker.runs import list_events
-from worker.sweeps import sweep_report
 from worker.testing import TaskRecorder, drain
 
 pytestmark = pytest.mark.usefixtures("scratch")

@@ -23,8 +23,8 @@ from worker import (
     list_resume_attempts,
     submit_resume,
 )
-from worker import flows as registry
-from worker.policies import Policy
+from worker.flows import flow as registry
+from worker.flows.policies import Policy
 from worker.testing import TaskRecorder
 
 pytestmark = pytest.mark.usefixtures("scratch")

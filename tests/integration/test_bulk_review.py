@@ -12,8 +12,8 @@ from models.errors import InvalidInputError
 from models.tables import ResumeAttempt
 from tests.resumes import contract_for, drain_pending
 from worker import add_actor, enqueue_run, get_interrupt, submit_resume
-from worker.bulk import Shown, answer_together, new_batch, select_for_review
 from worker.cli import main
+from worker.gateway.bulk_review import Shown, answer_together, new_batch, select_for_review
 from worker.testing import TaskRecorder, drain
 
 pytestmark = pytest.mark.usefixtures("scratch")

@@ -15,10 +15,10 @@ from models.db import transaction, utcnow
 from models.errors import InvalidInputError, InvalidTransitionError, RunNotFoundError
 from tests.services import wait_for
 from worker import add_actor, cancel_run, enqueue_run, get_interrupt, get_run, submit_resume
+from worker.engine.runtime import execute
+from worker.engine.sweeps import sweep_expired
 from worker.interrupts import list_interrupts, list_resume_attempts
 from worker.runs import list_checkpoints, list_effects, list_events
-from worker.runtime import execute
-from worker.sweeps import sweep_expired
 from worker.testing import TaskRecorder
 
 

@@ -25,8 +25,8 @@ from tests.flows.interrupts import scratch_redis
 from tests.resumes import contract_for, drain_pending
 from tests.services import wait_for
 from worker import add_actor, cancel_run, enqueue_run, get_run, submit_resume
+from worker.engine.sweeps import sweep_expired
 from worker.interrupts import list_interrupts
-from worker.sweeps import sweep_expired
 from worker.testing import TaskRecorder
 
 # Generous bounds on waits that end as soon as their condition holds: never a measure of speed.

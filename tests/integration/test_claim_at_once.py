@@ -21,7 +21,7 @@ from models.enums import EventKind, RunState
 from models.tables import Event, Run
 from tests.services import statements_sent
 from worker import enqueue_run
-from worker.runtime import execute
+from worker.engine.runtime import execute
 from worker.testing import TaskRecorder
 
 FIRST = store.ClaimableStep(

@@ -61,7 +61,7 @@ def test_the_demo_s_hint_runs_interlude_where_it_is(monkeypatch: pytest.MonkeyPa
     import sys
     from pathlib import Path
 
-    from worker.demo import _command
+    from worker.cli.demo import _command
 
     # Given a shell whose PATH lacks the virtualenv (make demo ran .venv/bin/interlude)
     monkeypatch.setenv("PATH", "/nonexistent")

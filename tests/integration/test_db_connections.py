@@ -120,7 +120,7 @@ def test_a_worker_opens_its_connections_before_its_first_step(db: str) -> None:
 
 
 def test_a_pool_child_connects_before_its_first_step(db: str) -> None:
-    from worker.tasks import _keep_connection_in_child
+    from worker.engine.tasks import _keep_connection_in_child
 
     # Given a prefork pool child just forked (no engine, no connection yet)
     dispose_engines()

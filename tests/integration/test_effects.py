@@ -17,7 +17,7 @@ from models.tables import Effect, Event
 from tests.flows.effects import applied, calls
 from tests.services import wait_for
 from worker import ResumeContract, add_actor, enqueue_run, get_run, list_interrupts, submit_resume
-from worker.reaper import reap
+from worker.engine.reaper import reap
 from worker.runs import list_effects
 from worker.testing import TaskRecorder
 

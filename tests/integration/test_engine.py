@@ -84,7 +84,7 @@ def test_a_step_failing_past_its_retry_limit_fails_the_run_with_the_error(
 
 
 def test_each_failed_attempt_hands_its_committed_failure_to_the_task(tasks: TaskRecorder) -> None:
-    from worker.runtime import execute
+    from worker.engine.runtime import execute
 
     # Given a step that fails more often than its two retries allow
     run_id = enqueue_run("flaky", {"fail_times": 5})
@@ -122,15 +122,15 @@ def test_a_failed_step_keeps_its_own_traceback(
 ) -> None:
     import traceback
 
-    from worker.cli.runs import last_failure
+    from worker.cli.run_commands import last_failure
+    from worker.engine.runtime import execute
+    from worker.engine.tasks import report
     from worker.runs import list_events
-    from worker.runtime import execute
-    from worker.tasks import report
 
     # Given a step that fails with a KeyError of its own (its input lacks a key)
     run_id = enqueue_run("mistaken", {})
     # When a worker executes it (no retries: it fails for good)
-    with caplog.at_level("WARNING", logger="worker.runtime"):
+    with caplog.at_level("WARNING", logger="worker.engine.runtime"):
         failures = [execute(t.run_id) for t in tasks.clear()]
     assert get_run(run_id).error == "KeyError: 'mistake'"
     # Then the failure's event keeps the traceback, down to the step's line
@@ -164,7 +164,7 @@ def test_a_failed_step_keeps_its_own_traceback(
 
 
 def test_a_step_that_succeeds_or_waits_reports_no_failure(tasks: TaskRecorder) -> None:
-    from worker.runtime import execute
+    from worker.engine.runtime import execute
 
     run_id = enqueue_run("three_steps", {})
     assert [execute(t.run_id) for t in tasks.clear()] == [None]
@@ -176,7 +176,7 @@ def test_a_step_that_succeeds_or_waits_reports_no_failure(tasks: TaskRecorder) -
 
 def test_a_run_pinned_to_a_version_this_worker_lacks_fails_closed(db: str) -> None:
     from models import runs as run_store
-    from worker.runtime import execute
+    from worker.engine.runtime import execute
 
     with transaction() as session:
         run = run_store.insert_run(
@@ -210,7 +210,7 @@ def test_a_run_no_loaded_flow_can_continue_is_refused_once_across_republishes(
 
     from models import runs as run_store
     from models.settings import get_settings
-    from worker.reaper import reap
+    from worker.engine.reaper import reap
 
     # Given a queued run of a version this worker lacks, refused once already
     with transaction() as session:
@@ -224,7 +224,7 @@ def test_a_run_no_loaded_flow_can_continue_is_refused_once_across_republishes(
             started_by="test",
             budget=None,
         ).id
-    from worker.runtime import execute
+    from worker.engine.runtime import execute
 
     execute(run_id)
     # When the reaper republishes it again and again (each time a republish event between),
@@ -246,7 +246,7 @@ def test_a_run_no_loaded_flow_can_continue_is_refused_once_across_republishes(
 
 
 def test_a_step_longer_than_its_lease_keeps_it_and_runs_once(tasks: TaskRecorder) -> None:
-    from worker.reaper import reap
+    from worker.engine.reaper import reap
 
     # Given a step whose lease is 2 s and which takes 5 s, and a reaper sweeping all along
     run_id = enqueue_run("slow", {"sleep": 5})
@@ -288,7 +288,7 @@ def _pinned_run(flow: str, version: int, first_step: str, state: dict[str, objec
 
 
 def test_a_run_of_a_retired_version_continues_through_the_declared_migration(db: str) -> None:
-    from worker.runtime import execute
+    from worker.engine.runtime import execute
 
     # Given a run started on version 1, and a worker that only has version 2 (with a migration)
     run_id = _pinned_run("evolving", 1, "tally", {"total": "12.5"})
@@ -316,7 +316,7 @@ def test_a_run_of_a_retired_version_continues_through_the_declared_migration(db:
 def test_a_resuming_run_migrates_with_its_answers(db: str) -> None:
     from models import runs as run_store
     from models.tables import Run
-    from worker.runtime import execute
+    from worker.engine.runtime import execute
 
     # Given a run of version 1 that was answered (resuming) and a worker with only version 2
     run_id = _pinned_run("evolving", 1, "tally", {"total": "3"})

@@ -25,8 +25,8 @@ from worker import (
     list_resume_attempts,
     submit_resume,
 )
+from worker.engine.sweeps import sweep_expired
 from worker.runs import list_events
-from worker.sweeps import sweep_expired
 from worker.testing import TaskRecorder, drain
 
 SYSTEM = "system:expiry"

@@ -32,9 +32,9 @@ from worker import (
     list_resume_attempts,
     revoke_actor,
 )
+from worker.engine.sweeps import SweepReport, sweep_report
+from worker.engine.tasknames import TASK_NOTIFY
 from worker.runs import list_events
-from worker.sweeps import SweepReport, sweep_report
-from worker.tasknames import TASK_NOTIFY
 from worker.testing import TaskRecorder, drain
 
 SYSTEM = "system:expiry"

@@ -16,8 +16,8 @@ from models.tables import Run
 from tests.resumes import contract_for, drain_finished, drain_pending, triggers
 from tests.scratch_flows import scratch_registry
 from worker import add_actor, enqueue_run, get_run, submit_resume
-from worker.flows import Flow, load_flow_modules
-from worker.schemas import input_schema
+from worker.flows.flow import Flow, load_flow_modules
+from worker.flows.schemas import input_schema
 from worker.testing import TaskRecorder
 
 

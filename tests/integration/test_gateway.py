@@ -34,8 +34,8 @@ from worker import (
     set_actor_roles,
     submit_resume,
 )
+from worker.engine.tasknames import TASK_RESUME
 from worker.runs import list_events
-from worker.tasknames import TASK_RESUME
 from worker.testing import TaskRecorder
 
 pytestmark = pytest.mark.usefixtures("scratch")

@@ -11,7 +11,7 @@ from models import runs as run_store
 from models.errors import AmbiguousIdError, InvalidInputError, RunNotFoundError
 from worker import enqueue_run
 from worker.cli import main
-from worker.ids import resolve_run_id
+from worker.present.ids import resolve_run_id
 
 FIRST = "abcdef01" + "0" * 24
 SECOND = "abcdef02" + "0" * 24

@@ -35,7 +35,7 @@ from worker import (
     set_actor_roles,
     submit_resume,
 )
-from worker.schemas import BudgetGrant, OperatorRelease
+from worker.flows.schemas import BudgetGrant, OperatorRelease
 from worker.testing import TaskRecorder
 
 pytestmark = pytest.mark.usefixtures("scratch")
@@ -394,7 +394,7 @@ def test_a_failing_notifier_is_one_line_naming_it_and_the_interrupt(
     redis.set("price:sku-2", "3")
     run_id = enqueue_run("priced", {"sku": "sku-2"})
     redis.set(f"notifier-fails:{run_id}", "1")
-    with caplog.at_level("DEBUG", logger="worker.notifications"):
+    with caplog.at_level("DEBUG", logger="worker.ops.notifications"):
         interrupt = drain_pending(run_id)
     # The run waits, the other notifier was called once, and the failure, once its retries
     # (INTERLUDE_NOTIFY_RETRIES, 5) are spent, is one warning line

@@ -21,12 +21,12 @@ from tests.flows.notifiers import calls
 from tests.resumes import contract_for, pending
 from tests.services import statements_sent
 from worker import add_actor, enqueue_run, get_run, submit_resume
-from worker.dispatch import Notice, publish_notice, set_notice_publisher
-from worker.flows import get_flow
+from worker.engine.dispatch import Notice, publish_notice, set_notice_publisher
+from worker.engine.runtime import execute
+from worker.engine.tasknames import QUEUE_NOTIFY, TASK_NOTIFY
+from worker.flows.flow import get_flow
 from worker.interrupts import notify
-from worker.notifications import deliver
-from worker.runtime import execute
-from worker.tasknames import QUEUE_NOTIFY, TASK_NOTIFY
+from worker.ops.notifications import deliver
 from worker.testing import Published, TaskRecorder
 
 NOTIFIERS = ["tell_chat", "tell_mail"]
@@ -152,7 +152,7 @@ def test_a_closed_interrupt_is_not_notified(
     assert interrupt is not None
     # When the interrupt is answered first
     assert submit_resume(contract_for(interrupt, "ann"), approver).accepted
-    caplog.set_level(logging.INFO, logger="worker.notifications")
+    caplog.set_level(logging.INFO, logger="worker.ops.notifications")
     tasks.drain()
     # Then nobody is asked to answer it: no notifier is called, each task says why at INFO
     assert get_run(run_id).state == "succeeded"

@@ -17,7 +17,8 @@ from models.errors import (
     OperatorUnauthenticatedError,
     RunNotFoundError,
 )
-from worker import add_actor, authority, cancel_run, enqueue_run, get_run, pause_run, revoke_actor
+from worker import add_actor, cancel_run, enqueue_run, get_run, pause_run, revoke_actor
+from worker.gateway import authority
 from worker.operate import retry_run
 from worker.runs import list_events
 from worker.testing import TaskRecorder

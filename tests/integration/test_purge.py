@@ -15,7 +15,7 @@ from models.errors import InvalidInputError
 from models.tables import Checkpoint, Effect, Event, Interrupt, KeptEvent, ResumeAttempt, Run
 from tests.resumes import contract_for, drain_finished, drain_pending
 from worker import add_actor, cancel_run, enqueue_run, submit_resume
-from worker.retention import purge_finished_runs
+from worker.ops.retention import purge_finished_runs
 from worker.testing import TaskRecorder
 
 TABLES: dict[str, Any] = {

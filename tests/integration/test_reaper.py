@@ -22,8 +22,8 @@ from worker import (
     list_interrupts,
     submit_resume,
 )
-from worker.reaper import REDISPATCH_WAIT_LIMIT, reap, requeue_lost
-from worker.tasknames import TASK_RESUME, TASK_STEP
+from worker.engine.reaper import REDISPATCH_WAIT_LIMIT, reap, requeue_lost
+from worker.engine.tasknames import TASK_RESUME, TASK_STEP
 from worker.testing import TaskRecorder
 
 

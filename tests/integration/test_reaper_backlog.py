@@ -13,9 +13,9 @@ from models.db import transaction, utcnow
 from models.tables import Run
 from tests.integration.test_reaper import _claimed_by_dead_worker, _queued, _set_fields
 from tests.services import broker_down
-from worker import reaper
-from worker.reaper import reap
-from worker.tasknames import TASK_STEP
+from worker.engine import reaper
+from worker.engine.reaper import reap
+from worker.engine.tasknames import TASK_STEP
 from worker.testing import TaskRecorder
 
 BATCH = 5

@@ -22,10 +22,11 @@ from models.settings import get_settings, reset_settings
 from models.tables import ResumeAttempt
 from tests.asgi import AsgiClient
 from tests.resumes import drain_finished, drain_pending
-from worker import add_actor, enqueue_run, get_interrupt, get_run, notify_slack, revoke_actor
-from worker.contacts import add_contact
+from worker import add_actor, enqueue_run, get_interrupt, get_run, revoke_actor
+from worker.ops import notify_slack
+from worker.ops.contacts import add_contact
 from worker.testing import TaskRecorder
-from worker.web.app import create_app
+from worker.web.asgi import create_app
 
 SIGNING_SECRET = "8f742231b10e8888abcd99yyyzzz85a5"
 RESPONSE_URL = "https://hooks.slack.com/actions/T1/1/abc"

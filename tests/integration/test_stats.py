@@ -17,8 +17,9 @@ from models import runs as run_store
 from models.db import transaction, utcnow
 from models.enums import InterruptKind, ResumeOutcome, RunState
 from models.tables import Interrupt, ResumeAttempt, Run
-from worker import ResumeContract, add_actor, enqueue_run, get_run, step_metrics, submit_resume
-from worker.stats import collect_stats, start_metrics_server
+from worker import ResumeContract, add_actor, enqueue_run, get_run, submit_resume
+from worker.ops import step_metrics
+from worker.ops.stats import collect_stats, start_metrics_server
 from worker.testing import TaskRecorder
 
 # Slack for the time between writing the rows and reading the figures (never a duration check).

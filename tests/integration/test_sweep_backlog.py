@@ -16,9 +16,10 @@ from models.db import transaction, utcnow
 from models.tables import Interrupt, Run
 from tests.integration.test_reaper_backlog import Clock
 from tests.services import broker_down
-from worker import enqueue_run, get_run, sweeps
-from worker.reaper import reap
-from worker.sweeps import SweepReport, sweep_report
+from worker import enqueue_run, get_run
+from worker.engine import sweeps
+from worker.engine.reaper import reap
+from worker.engine.sweeps import SweepReport, sweep_report
 from worker.testing import TaskRecorder, drain
 
 BATCH = 3

@@ -10,9 +10,9 @@ from models.tables import Event
 from tests.flows.interrupts import scratch_redis
 from tests.resumes import contract_for
 from worker import add_actor, enqueue_run, get_run, list_runs, submit_resume
-from worker import flows as registry
+from worker.flows import flow as registry
+from worker.flows.versions import FlowVersion, flow_versions
 from worker.testing import TaskRecorder
-from worker.versions import FlowVersion, flow_versions
 
 
 def test_a_resume_accepted_without_the_flow_code_is_revalidated_by_the_worker(

@@ -8,7 +8,7 @@ from models.errors import ConfigurationError
 from models.settings import Settings, get_settings, reset_settings
 from worker import app
 from worker.app import BROKER_SOCKET_TIMEOUT, broker_options, create_app
-from worker.tasknames import QUEUE_MAINTENANCE, QUEUE_NOTIFY, QUEUE_RESUMES, QUEUE_STEPS
+from worker.engine.tasknames import QUEUE_MAINTENANCE, QUEUE_NOTIFY, QUEUE_RESUMES, QUEUE_STEPS
 
 
 def test_json_only_late_acks_prefetch_one_and_no_task_events() -> None:
@@ -79,7 +79,7 @@ def test_redis_urls_get_interludes_transport_and_other_brokers_keep_kombus() -> 
     # Resolving a URL's transport connects to nothing.
     from kombu import Connection
 
-    from worker.redis_transport import Transport
+    from worker.engine.redis_transport import Transport
 
     for url in ("redis://127.0.0.1:6379/0", "rediss://127.0.0.1:6380/0"):
         conn = Connection(url)  # type: ignore[no-untyped-call]

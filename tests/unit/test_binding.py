@@ -10,13 +10,13 @@ from pydantic import BaseModel, ConfigDict
 
 from models.contracts import evidence_hash
 from models.errors import EffectError, FlowDefinitionError, InvalidToolCallError
-from worker.binding import ResolvedInterrupt, mismatch
-from worker.context import StepContext
-from worker.declarations import Suspend, declare
-from worker.flows import Flow
-from worker.policies import NO_POLICY, Policy, checked_policy
-from worker.schemas import input_schema
-from worker.toolcalls import ReviewedCall
+from worker.engine.answer_binding import ResolvedInterrupt, mismatch
+from worker.engine.context import StepContext
+from worker.flows.declarations import Suspend, declare
+from worker.flows.flow import Flow
+from worker.flows.policies import NO_POLICY, Policy, checked_policy
+from worker.flows.schemas import input_schema
+from worker.flows.toolcalls import ReviewedCall
 
 
 @input_schema("unit_bind.v1")

@@ -33,10 +33,10 @@ from models.errors import (
 )
 from worker.cli import build_parser, main
 from worker.cli.exits import EPILOG, RESUME_EXIT, status_of
-from worker.cli.interrupts import contract
-from worker.cli.ops import figures
+from worker.cli.interrupt_commands import contract
+from worker.cli.ops_commands import figures
 from worker.cli.output import Output, compact, flatten, format_age, jsonable, until
-from worker.cli.timeline import timeline
+from worker.present.timeline import timeline
 
 NOW = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
 
@@ -464,13 +464,13 @@ def test_tables_show_short_ids_and_wide_shows_them_whole() -> None:
     [("90", 90), ("90s", 90), ("15m", 900), ("12h", 43200), ("7d", 604800), ("1.5h", 5400)],
 )
 def test_durations_read_like_people_write_them(text: str, seconds: float) -> None:
-    from worker.cli.operate import duration
+    from worker.cli.run_actions import duration
 
     assert duration(text).total_seconds() == seconds
 
 
 def test_a_duration_that_is_not_one_is_refused() -> None:
-    from worker.cli.operate import duration
+    from worker.cli.run_actions import duration
 
     with pytest.raises(argparse.ArgumentTypeError, match="like 90s, 15m"):
         duration("7 days")

@@ -300,7 +300,7 @@ def test_every_queue_has_a_worker_and_the_maintenance_queue_its_own(
 ) -> None:
     from beat_schedule import beat_schedule
     from worker.app import app
-    from worker.tasknames import QUEUE_MAINTENANCE, QUEUE_NOTIFY, QUEUE_RESUMES, QUEUE_STEPS
+    from worker.engine.tasknames import QUEUE_MAINTENANCE, QUEUE_NOTIFY, QUEUE_RESUMES, QUEUE_STEPS
 
     def queues(name: str) -> set[str]:
         command = command_of(compose["services"][name])
@@ -347,7 +347,7 @@ def test_every_long_running_process_has_a_healthcheck(compose: dict[str, Any]) -
     services = compose["services"]
     for name in sorted(set(services) - {"migrate"}):
         assert services[name].get("healthcheck", {}).get("test"), name
-    # Beat's reads the alive file its scheduler touches (worker.beat)
+    # Beat's reads the alive file its scheduler touches (worker.ops.beat_scheduler)
     beat = " ".join(services["beat"]["healthcheck"]["test"])
     schedule = command_of(services["beat"])[command_of(services["beat"]).index("--schedule") + 1]
     assert f"{schedule}.alive" in beat

@@ -20,14 +20,14 @@ from models.contracts import (
 )
 from models.enums import Decision, ExpiryPolicy, InterruptKind, ResumeOutcome
 from models.errors import AnswerUnreadableError, BudgetRejectedError, FlowDefinitionError
-from worker.actors import hash_credential
-from worker.binding import ResolvedInterrupt
-from worker.context import StepContext
-from worker.declarations import Suspend, declare
-from worker.flows import Flow
-from worker.gateway import MAX_PAYLOAD_CHARS, _payload
-from worker.runtime import PERMANENT_ERRORS
-from worker.schemas import BudgetGrant, input_schema, json_schema_of, parse_schema_id
+from worker.engine.answer_binding import ResolvedInterrupt
+from worker.engine.context import StepContext
+from worker.engine.runtime import PERMANENT_ERRORS
+from worker.flows.declarations import Suspend, declare
+from worker.flows.flow import Flow
+from worker.flows.schemas import BudgetGrant, input_schema, json_schema_of, parse_schema_id
+from worker.gateway.actors import hash_credential
+from worker.gateway.checks import MAX_PAYLOAD_CHARS, _payload
 
 
 @input_schema("unit_review.v3")

@@ -22,7 +22,7 @@ import pytest
 
 from models.contracts import json_copy
 from models.errors import EffectError
-from worker.effects import _request_hash
+from worker.engine.effects import _request_hash
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -84,7 +84,7 @@ def test_the_same_arguments_give_the_same_hash_and_others_another() -> None:
 _IN_A_PROCESS = """
 import datetime, decimal, sys, uuid
 from pydantic import BaseModel
-from worker.effects import _request_hash
+from worker.engine.effects import _request_hash
 
 class Item(BaseModel):
     sku: str
@@ -140,7 +140,7 @@ def test_a_recorded_hash_of_an_earlier_version_is_not_compared() -> None:
     # Rows recorded before the request hash was stable ("sha256:..." over json.dumps with
     # repr) would refuse a run that waited across the upgrade its own call's receipt.
     from models.effects import LedgerEntry
-    from worker.effects import _same_request
+    from worker.engine.effects import _same_request
 
     ctx: Any = SimpleNamespace(run_id="r1")
     now = _request_hash((5,), {})
@@ -153,7 +153,7 @@ def test_a_recorded_hash_of_an_earlier_version_is_not_compared() -> None:
 
 
 def test_a_default_key_longer_than_the_ledger_keeps_is_refused() -> None:
-    from worker.effects import perform
+    from worker.engine.effects import perform
 
     # (Refused before anything is read or written: this scope has neither flow nor database.)
     ctx: Any = SimpleNamespace(run_id="r" * 32, checkpoint_seq=3, step="s" * 180)

@@ -15,10 +15,10 @@ from pydantic import BaseModel
 
 from models.errors import ConfigurationError, FlowDefinitionError
 from tests.scratch_flows import FlowFiles, flow_files, scratch_registry
-from worker import flows as registry
-from worker.declarations import declare
-from worker.flows import Flow, get_flow, load_flow_modules
-from worker.schemas import input_schema, lookup
+from worker.flows import flow as registry
+from worker.flows.declarations import declare
+from worker.flows.flow import Flow, get_flow, load_flow_modules
+from worker.flows.schemas import input_schema, lookup
 
 __all__ = ["flow_files"]  # (a fixture)
 

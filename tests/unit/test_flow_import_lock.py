@@ -37,7 +37,7 @@ import builtins, importlib, sys, threading
 
 entered = threading.Event()
 builtins.ENTERED = entered  # the module signals through it
-from worker.flows import load_flow_modules, registered_versions
+from worker.flows.flow import load_flow_modules, registered_versions
 
 importer = threading.Thread(target=importlib.import_module, args=("slow_flows",), daemon=True)
 importer.start()

@@ -17,11 +17,11 @@ from models.enums import ResumeOutcome
 from models.errors import FlowDefinitionError
 from models.identity import MAX_ACTOR_ID, actor_id_problem, normal_actor_id
 from models.tables import Event
-from worker.actors import Credential, hash_credential
 from worker.cli.exits import RESUME_EXIT, resume_exit
-from worker.declarations import declare
-from worker.gateway import payload_hash
-from worker.schemas import input_schema
+from worker.flows.declarations import declare
+from worker.flows.schemas import input_schema
+from worker.gateway.actors import Credential, hash_credential
+from worker.gateway.checks import payload_hash
 
 
 @input_schema("unit_measure.v1")
@@ -144,7 +144,7 @@ def test_metrics_listen_where_interlude_metrics_host_says(
 ) -> None:
     # Given INTERLUDE_METRICS_HOST unset (or set), as a worker with a metrics port sees it
     from models.settings import reset_settings
-    from worker.stats import start_metrics_server
+    from worker.ops.stats import start_metrics_server
 
     if configured is None:
         monkeypatch.delenv("INTERLUDE_METRICS_HOST", raising=False)

@@ -1,4 +1,5 @@
-"""A worker's start-up objects are frozen out of full garbage collections (``worker.heap``)."""
+"""A worker's start-up objects are frozen out of full garbage collections
+(``worker.engine.heap``)."""
 
 from __future__ import annotations
 
@@ -11,8 +12,8 @@ import pytest
 from celery.signals import worker_process_init, worker_ready
 from celery.utils.dispatch.signal import Signal
 
-import worker.tasks  # noqa: F401  (connects the worker's signal handlers)
-from worker.heap import freeze_inherited_heap, freeze_startup_heap
+import worker.engine.tasks  # noqa: F401  (connects the worker's signal handlers)
+from worker.engine.heap import freeze_inherited_heap, freeze_startup_heap
 
 
 class _Holder:

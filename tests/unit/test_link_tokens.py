@@ -8,7 +8,7 @@ import pytest
 
 from models.errors import ConfigurationError
 from models.settings import get_settings, reset_settings
-from worker.links import TOKEN_SHAPE, _new_token, redact_tokens, signed_link_id
+from worker.gateway.answer_links import TOKEN_SHAPE, _new_token, redact_tokens, signed_link_id
 
 SECRET = "k" * 32
 LINK_ID = "0123456789abcdef0123456789abcdef"

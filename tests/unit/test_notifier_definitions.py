@@ -11,7 +11,7 @@ import pytest
 from models.contracts import InterruptView
 from models.errors import FlowDefinitionError, UnknownNotifierError
 from tests.scratch_flows import scratch_registry
-from worker.flows import Flow, notifier_name
+from worker.flows.flow import Flow, notifier_name
 
 
 @pytest.fixture(autouse=True)

@@ -10,9 +10,9 @@ from celery.exceptions import Retry
 
 from models.errors import NotifierFailedError
 from models.settings import LONGEST_NOTIFY_BACKOFF
-from worker.dispatch import Notice
-from worker.notifications import Delivery, Outcome, backoff
-from worker.tasks import report_delivery
+from worker.engine.dispatch import Notice
+from worker.engine.tasks import report_delivery
+from worker.ops.notifications import Delivery, Outcome, backoff
 
 NOTICE = Notice("int-1", "run-1", "deploy_gate", 2, "post_inbox_link", attempt=3)
 

@@ -20,8 +20,8 @@ from worker.cli.review import (
     decision_of,
     summary_lines,
 )
-from worker.schemas import json_schema_of, schema_id_of
-from worker.toolcalls import LONGEST_MESSAGE, answer_model, evidence_of
+from worker.flows.schemas import json_schema_of, schema_id_of
+from worker.flows.toolcalls import LONGEST_MESSAGE, answer_model, evidence_of
 from worker.web.forms import ARGS_PREFIX, args_schema_of, fields_of, input_from_form
 
 PROPOSED = {"order": "B-7", "amount": 300}

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import pytest
 
 from models.settings import reset_settings
-from worker import runlog
+from worker.ops import runlog
 
 
 @pytest.fixture()

@@ -14,9 +14,9 @@ from collections.abc import Iterator
 import pytest
 
 from models.settings import reset_settings
-from worker import runlog
 from worker.cli.output import Output, error, note, set_json_errors
-from worker.safetext import UNSAFE_CATEGORIES, escape_controls
+from worker.ops import runlog
+from worker.present.safetext import UNSAFE_CATEGORIES, escape_controls
 
 FORGED = (
     "\x1b[2J\x1b[H\r\n2026-12-01 08:00:00.000  resume accepted  human:ada  approved"

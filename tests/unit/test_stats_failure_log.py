@@ -10,7 +10,7 @@ import pytest
 
 from models.db import dispose_engines
 from models.settings import reset_settings
-from worker.stats import metrics_registry
+from worker.ops.stats import metrics_registry
 
 
 @pytest.fixture()
@@ -33,13 +33,13 @@ def test_a_scrape_with_the_database_down_logs_one_warning_line(
 ) -> None:
     from prometheus_client import generate_latest
 
-    caplog.set_level(logging.WARNING, logger="worker.stats")
+    caplog.set_level(logging.WARNING, logger="worker.ops.stats")
     registry = metrics_registry()
     for _ in range(2):
         # Each scrape serves interlude_stats_up 0 ...
         assert b"interlude_stats_up 0.0" in generate_latest(registry)
     # ... and logs one line, naming the error and what it says, without a traceback
-    records = [r for r in caplog.records if r.name == "worker.stats"]
+    records = [r for r in caplog.records if r.name == "worker.ops.stats"]
     assert [(r.levelno, r.exc_info) for r in records] == [(logging.WARNING, None)] * 2
     message = records[0].getMessage()
     assert message.startswith(

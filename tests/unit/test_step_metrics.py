@@ -11,8 +11,8 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from tests.services import ROOT
-from worker import step_metrics
-from worker.step_metrics import StepOutcome
+from worker.ops import step_metrics
+from worker.ops.step_metrics import StepOutcome
 
 
 @pytest.fixture()
@@ -57,8 +57,8 @@ def test_a_worker_serves_the_sum_of_its_pool_processes() -> None:
     script = textwrap.dedent(
         """
         import os
-        from worker import step_metrics
-        from worker.step_metrics import StepOutcome
+        from worker.ops import step_metrics
+        from worker.ops.step_metrics import StepOutcome
 
         step_metrics.prepare_worker(9999)
         for child in range(2):

@@ -9,9 +9,9 @@ from celery.exceptions import Retry
 
 from models.errors import StepFailedError
 from worker.app import app
-from worker.runtime import Failure
-from worker.tasknames import TASK_RESUME, TASK_STEP
-from worker.tasks import MAX_TASK_ERROR, report
+from worker.engine.runtime import Failure
+from worker.engine.tasknames import TASK_RESUME, TASK_STEP
+from worker.engine.tasks import MAX_TASK_ERROR, report
 
 
 def _failure(*, retry_in: float | None, error: str = "RuntimeError: flaky failure 1") -> Failure:

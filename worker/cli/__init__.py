@@ -13,14 +13,14 @@ import sys
 from collections.abc import Sequence
 
 from models.errors import InterludeError
-from worker.cli.actors import register as register_actors
-from worker.cli.bulk import register as register_bulk
-from worker.cli.events import register as register_events
+from worker.cli.actor_commands import register as register_actors
+from worker.cli.bulk_commands import register as register_bulk
+from worker.cli.event_commands import register as register_events
 from worker.cli.exits import EPILOG, FAILURE, INTERRUPTED, RESUME_EXIT, CliError, status_of
-from worker.cli.flows import register as register_flows
-from worker.cli.interrupts import register as register_interrupts
-from worker.cli.links import register as register_links
-from worker.cli.ops import register as register_ops
+from worker.cli.flow_commands import register as register_flows
+from worker.cli.interrupt_commands import register as register_interrupts
+from worker.cli.link_commands import register as register_links
+from worker.cli.ops_commands import register as register_ops
 from worker.cli.output import Output, error, note, set_json_errors
 from worker.cli.parser import (
     JSON_FLAG,
@@ -32,9 +32,9 @@ from worker.cli.parser import (
 )
 from worker.cli.purge import register as register_purge
 from worker.cli.resume import register as register_resume
-from worker.cli.runs import register as register_runs
+from worker.cli.run_commands import register as register_runs
 from worker.cli.serve import register as register_serve
-from worker.runlog import install_stderr
+from worker.ops.runlog import install_stderr
 from worker.startup import project_on_path
 
 __all__ = ["RESUME_EXIT", "build_parser", "main"]

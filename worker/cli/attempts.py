@@ -115,7 +115,7 @@ def attempt_counts(counts: dict[str, int]) -> str:
 
 
 def _row(attempt: ResumeAttemptView, out: Output, of: str) -> tuple[str, ...]:
-    from worker.cli.timeline import attempt_actor
+    from worker.present.timeline import attempt_actor
 
     other = attempt.interrupt_id if of == "run" else attempt.run_id
     return (

@@ -14,8 +14,8 @@ import sys
 from typing import Any, BinaryIO
 
 from worker.cli.exits import BAD_INPUT, NOT_CONFIRMED, CliError
-from worker.jsontext import loads_finite
-from worker.safetext import escape_controls
+from worker.present.jsontext import loads_finite
+from worker.present.safetext import escape_controls
 
 TOKEN_ENV = "INTERLUDE_ACTOR_TOKEN"
 MAX_INPUT_BYTES = 1024 * 1024

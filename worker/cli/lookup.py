@@ -5,19 +5,19 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from worker.cli.timeline import Entry
+    from worker.present.timeline import Entry
 
 
 def resolve_run(given: str) -> str:
     """The whole id of the one run ``given`` is the id or a unique prefix (6+) of."""
-    from worker.ids import resolve_run_id
+    from worker.present.ids import resolve_run_id
 
     return resolve_run_id(given)
 
 
 def resolve_interrupt(given: str) -> str:
     """The whole id of the one interrupt ``given`` is the id or a unique prefix (6+) of."""
-    from worker.ids import resolve_interrupt_id
+    from worker.present.ids import resolve_interrupt_id
 
     return resolve_interrupt_id(given)
 
@@ -25,8 +25,8 @@ def resolve_interrupt(given: str) -> str:
 def entries_of(run_id: str) -> list[Entry]:
     """The run's timeline, from all of its records (its attempts as ``attempts_in_view``)."""
     from worker import list_interrupts
-    from worker.cli.timeline import timeline
     from worker.interrupts import attempts_in_view
+    from worker.present.timeline import timeline
     from worker.runs import list_checkpoints, list_effects, list_events
 
     return timeline(

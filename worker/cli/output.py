@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from worker.safetext import escape_controls
+from worker.present.safetext import escape_controls
 
 if TYPE_CHECKING:
     from rich.console import Console

@@ -7,9 +7,9 @@ import argparse
 from datetime import UTC, datetime, timedelta
 
 from worker.cli.exits import OK
-from worker.cli.operate import DURATION, duration
 from worker.cli.output import Output, timestamp
 from worker.cli.parser import Parser, Subparsers, bounded_int, shown, verb
+from worker.cli.run_actions import DURATION, duration
 
 DATE_LIMIT = 40
 MAX_BATCH = 10_000
@@ -80,7 +80,7 @@ def register(sub: Subparsers, common: Parser) -> None:
 
 
 def _purge(args: argparse.Namespace, out: Output) -> int:
-    from worker.retention import DEFAULT_BATCH, purge_finished_runs
+    from worker.ops.retention import DEFAULT_BATCH, purge_finished_runs
 
     report = purge_finished_runs(
         args.finished_before, dry_run=not args.yes, batch=args.batch or DEFAULT_BATCH

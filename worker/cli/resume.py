@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from models.enums import ResumeOutcome
 from worker.cli.exits import BAD_INPUT, RESUME_EXIT, CliError, resume_exit
 from worker.cli.inputs import TOKEN_ENV, confirm, credential, parse_json, parse_object
-from worker.cli.interrupts import contract
+from worker.cli.interrupt_commands import contract
 from worker.cli.lookup import resolve_interrupt
 from worker.cli.output import Output, compact, error, note
 from worker.cli.parser import (
@@ -189,8 +189,8 @@ def _check_input(payload: Any, interrupt: InterruptView | None) -> None:
     Nothing is submitted, so no attempt is recorded; the gateway checks again on submission.
     Only possible where the schema is registered (INTERLUDE_FLOWS); elsewhere the gateway tells.
     """
-    from worker.flows import load_flow_modules
-    from worker.schemas import input_problems
+    from worker.flows.flow import load_flow_modules
+    from worker.flows.schemas import input_problems
 
     if interrupt is None or not isinstance(payload, dict):
         return

@@ -37,8 +37,8 @@ def _serve(args: argparse.Namespace, out: Output) -> int:
     from uvicorn.config import LOGGING_CONFIG
 
     from models.settings import get_settings
-    from worker import runlog
-    from worker.web.app import create_app
+    from worker.ops import runlog
+    from worker.web.asgi import create_app
     from worker.web.protocol import head_deadline_protocol
 
     settings = get_settings()

@@ -27,15 +27,15 @@ from models.enums import InterruptKind, ResumeOutcome
 from models.errors import InvalidInputError
 from models.inbox_queries import CURSOR_PATTERN, MAX_PAGE, answerable_interrupts
 from models.settings import LONGEST_SECONDS
-from worker.cli.timeline import Entry, timeline
-from worker.events import send_event
-from worker.gateway import submit_resume
+from worker.gateway.checks import submit_resume
+from worker.gateway.events import send_event
 from worker.interrupts import (
     attempts_in_view,
     count_resume_attempts,
 )
+from worker.ops.step_history import StepView, list_steps
+from worker.present.timeline import Entry, timeline
 from worker.runs import list_checkpoints, list_effects, list_events
-from worker.step_history import StepView, list_steps
 from worker.web.auth import ACTOR_HEADER, authenticated, client_of
 from worker.web.binding import contract_for
 from worker.web.bodies import read_capped

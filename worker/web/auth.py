@@ -7,7 +7,7 @@ from starlette.requests import Request
 from models.contracts import ActorView
 from models.db import transaction
 from models.identity import actor_id_problem
-from worker.actors import authenticate
+from worker.gateway.actors import authenticate
 
 ACTOR_HEADER = "X-Interlude-Actor"
 

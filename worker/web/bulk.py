@@ -3,7 +3,7 @@
 ``GET /inbox/bulk`` lists what the signed-in actor may answer (of one kind at a time);
 ``POST /inbox/bulk/review`` shows the evidence of each picked interrupt in full and carries
 what it showed (each binding) into the confirm form; ``POST /inbox/bulk/confirm`` answers
-each with its own contract (worker.bulk) and shows each outcome.
+each with its own contract (worker.gateway.bulk_review) and shows each outcome.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from starlette.datastructures import FormData
 from models.enums import Decision, InterruptKind, ResumeOutcome
 from models.errors import InterludeError
 from models.inbox_queries import MAX_PAGE, answerable_interrupts
-from worker.bulk import Shown, answer_together, new_batch, select_for_review
+from worker.gateway.bulk_review import Shown, answer_together, new_batch, select_for_review
 from worker.web.auth import client_of
 from worker.web.bodies import FormRefused, form_of
 from worker.web.inbox import Visitor, _csrf_ok, _visitor

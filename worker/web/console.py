@@ -32,12 +32,12 @@ from models.errors import (
     RunNotFoundError,
     StaleStateError,
 )
-from worker.cli.timeline import timeline
 from worker.forks import fork_run
 from worker.interrupts import attempts_in_view, count_resume_attempts
 from worker.operate import retry_run
+from worker.ops.step_history import StepView, steps_of
+from worker.present.timeline import timeline
 from worker.runs import cancel_run, get_run, pause_run
-from worker.step_history import StepView, steps_of
 from worker.web.auth import client_of
 from worker.web.bodies import FormRefused, form_of
 

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from worker.jsontext import finite_number, loads_finite
+from worker.present.jsontext import finite_number, loads_finite
 
 PREFIX = "input."
 # A tool-call review's edit form: one field per argument of the call.

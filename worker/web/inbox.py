@@ -26,11 +26,11 @@ from models.enums import InterruptStatus, ResumeOutcome
 from models.errors import InterludeError, InterruptNotFoundError
 from models.identity import actor_id_problem
 from models.inbox_queries import answerable_interrupts
-from worker.actors import redact_shaped
-from worker.gateway import submit_resume
+from worker.flows.schemas import json_schema_of, lookup
+from worker.gateway.actors import redact_shaped
+from worker.gateway.checks import submit_resume
 from worker.interrupts import get_interrupt
 from worker.runs import get_run
-from worker.schemas import json_schema_of, lookup
 from worker.web.auth import authenticated, client_of
 from worker.web.binding import CONTRACT_LIFETIME, new_key
 from worker.web.bodies import FormRefused, form_of

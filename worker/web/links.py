@@ -18,8 +18,8 @@ from fastapi.responses import Response
 
 from models.contracts import InterruptView
 from models.enums import InterruptStatus, ResumeOutcome
+from worker.gateway.answer_links import LinkPage, answer_with_link, link_page, redact_tokens
 from worker.interrupts import get_interrupt
-from worker.links import LinkPage, answer_with_link, link_page, redact_tokens
 from worker.runs import get_run
 from worker.web.auth import client_of
 from worker.web.bodies import FormRefused, form_of

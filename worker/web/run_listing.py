@@ -35,8 +35,8 @@ from models.run_pages import (
 )
 from models.tables import Run
 from worker import arguments
-from worker.flows import get_flow, registered_flows
-from worker.ids import MIN_PREFIX
+from worker.flows.flow import get_flow, registered_flows
+from worker.present.ids import MIN_PREFIX
 from worker.web.visibility import flow_readers, readable_run
 
 MAX_PAGE = 200

@@ -36,8 +36,8 @@ from models.errors import (
     UnknownFlowError,
 )
 from models.settings import LONGEST_SECONDS
-from worker import authority
 from worker.forks import fork_run
+from worker.gateway import authority
 from worker.operate import retry_run
 from worker.runs import cancel_run, get_run, pause_run, start_run
 from worker.web.api import Caller, _bearer

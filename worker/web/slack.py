@@ -1,4 +1,4 @@
-"""``POST /v1/slack/actions``: Slack's interactive callbacks (worker.notify_slack).
+"""``POST /v1/slack/actions``: Slack's interactive callbacks (worker.ops.notify_slack).
 
 The raw body is read within a bound and verified before anything else; Slack is answered
 at once, and the message is updated through the callback's ``response_url`` by the updater
@@ -24,7 +24,7 @@ log = logging.getLogger(__name__)
 
 
 def _updater(request: Request) -> Any:
-    from worker import notify_slack
+    from worker.ops import notify_slack
 
     return getattr(request.app.state, "slack_updater", None) or notify_slack.update_by_response_url
 
@@ -48,7 +48,7 @@ def _refused(why: str) -> dict[str, Any]:
     },
 )
 async def slack_actions(request: Request) -> Response:
-    from worker import notify_slack
+    from worker.ops import notify_slack
 
     state = web_state(request)
     client = client_of(request)

@@ -21,7 +21,7 @@ from models.errors import (
     RunNotFoundError,
     UnknownFlowError,
 )
-from worker.flows import get_flow
+from worker.flows.flow import get_flow
 from worker.interrupts import get_interrupt, list_interrupts
 from worker.runs import get_run
 
