@@ -35,7 +35,8 @@ from worker.cli import build_parser, main
 from worker.cli.exits import EPILOG, RESUME_EXIT, status_of
 from worker.cli.interrupt_commands import contract
 from worker.cli.ops_commands import figures
-from worker.cli.output import Output, compact, flatten, format_age, jsonable, until
+from worker.cli.output import Output, flatten
+from worker.present.formats import compact, format_age, jsonable, until
 from worker.present.timeline import timeline
 
 NOW = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)

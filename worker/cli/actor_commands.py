@@ -5,8 +5,9 @@ from __future__ import annotations
 import argparse
 
 from worker.cli.exits import OK
-from worker.cli.output import Output, timestamp
+from worker.cli.output import Output
 from worker.cli.parser import Parser, Subparsers, group, name_text, verb
+from worker.present.formats import timestamp
 
 KINDS = ("human", "service")
 

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 from models.enums import ResumeOutcome
 from worker.cli.exits import OK
-from worker.cli.output import Output, timestamp
+from worker.cli.output import Output
 from worker.cli.parser import (
     Parser,
     Subparsers,
@@ -19,6 +19,7 @@ from worker.cli.parser import (
     positive_int,
     verb,
 )
+from worker.present.formats import timestamp
 
 if TYPE_CHECKING:
     from models.contracts import ResumeAttemptView

@@ -11,15 +11,7 @@ from models.enums import InterruptKind, InterruptStatus
 from worker.cli.attempts import register as register_attempts
 from worker.cli.exits import OK
 from worker.cli.lookup import resolve_interrupt, resolve_run
-from worker.cli.output import (
-    Output,
-    age,
-    format_age,
-    jsonable,
-    seconds_since,
-    timestamp,
-    until,
-)
+from worker.cli.output import Output
 from worker.cli.parser import (
     Parser,
     Subparsers,

@@ -13,8 +13,9 @@ from collections.abc import Callable
 from typing import Any
 
 from worker.cli.exits import FAILURE, OK, CliError
-from worker.cli.output import Output, compact, flatten, format_age, jsonable, note
+from worker.cli.output import Output, flatten, note
 from worker.cli.parser import Parser, Subparsers, group, name_text, port, verb
+from worker.present.formats import compact, format_age, jsonable
 
 # The demo stories: where each is told.
 DEMOS = {

@@ -1,4 +1,5 @@
-"""How the command prints: JSON for scripts, aligned tables and ages for people.
+"""How the command prints: JSON for scripts, aligned tables for people (ages and times are
+written by ``worker.present.formats``, as in the web inbox).
 
 Everything printed for people goes through ``escape_controls`` (error lines are made one
 line first): text that callers supplied (ids, reasons, payloads) can neither forge a line nor
@@ -10,9 +11,9 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Iterable, Mapping, Sequence
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from worker.present.formats import compact, jsonable
 from worker.present.safetext import escape_controls
 
 if TYPE_CHECKING:
@@ -20,78 +21,12 @@ if TYPE_CHECKING:
 
 # Piped human output is not wrapped at 80 columns: ids would be folded in half.
 PIPE_WIDTH = 200
-COMPACT_LIMIT = 80
 PAIR_LIMIT = 160
 # Error lines are cut here: a message quoting a huge argument stays readable.
 ERROR_LIMIT = 1000
 # Ids in tables: long enough to be unique in practice and to type back as a prefix (6+).
 SHORT_ID = 8
 DETAIL_LIMIT = 80
-
-
-def format_age(seconds: float) -> str:
-    """``45s``, ``4m05s``, ``3h12m``, ``2d04h``: two units at most, for people."""
-    total = max(0, int(seconds))
-    if total < 60:
-        return f"{total}s"
-    minutes, secs = divmod(total, 60)
-    if minutes < 60:
-        return f"{minutes}m{secs:02d}s"
-    hours, minutes = divmod(minutes, 60)
-    if hours < 24:
-        return f"{hours}h{minutes:02d}m"
-    days, hours = divmod(hours, 24)
-    return f"{days}d{hours:02d}h"
-
-
-def aware(moment: datetime) -> datetime:
-    # SQLite hands back naive datetimes; interlude stores every time in UTC.
-    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
-
-
-def seconds_since(moment: datetime, now: datetime | None = None) -> float:
-    return ((now or datetime.now(UTC)) - aware(moment)).total_seconds()
-
-
-def age(moment: datetime, now: datetime | None = None) -> str:
-    return format_age(seconds_since(moment, now))
-
-
-def until(moment: datetime, now: datetime | None = None) -> str:
-    """``in 59m00s`` for a deadline ahead, ``overdue 3m10s`` for one that passed."""
-    left = -seconds_since(moment, now)
-    return f"in {format_age(left)}" if left >= 0 else f"overdue {format_age(-left)}"
-
-
-def timestamp(moment: datetime | None, *, precise: bool = False) -> str:
-    """UTC, to the second (or the millisecond, for timelines)."""
-    if moment is None:
-        return "-"
-    text = aware(moment).astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S.%f")
-    return text[:-3] if precise else text[:-7]
-
-
-def compact(value: Any, limit: int = COMPACT_LIMIT) -> str:
-    """One-line JSON of ``value``, cut at ``limit`` characters."""
-    if value is None:
-        return "-"
-    text = value if isinstance(value, str) else json.dumps(jsonable(value), default=str)
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-def jsonable(value: Any) -> Any:
-    """Pydantic models and containers of them as plain JSON values."""
-    # Duck-typed: importing pydantic here would slow every command down, --help included.
-    model_dump = getattr(value, "model_dump", None)
-    if callable(model_dump) and not isinstance(value, type):
-        return model_dump(mode="json")
-    if isinstance(value, Mapping):
-        return {str(k): jsonable(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [jsonable(v) for v in value]
-    if isinstance(value, datetime):
-        return aware(value).isoformat()
-    return value
 
 
 def flatten(value: Any, prefix: str = "") -> list[tuple[str, Any]]:

@@ -7,7 +7,7 @@ import argparse
 from datetime import UTC, datetime, timedelta
 
 from worker.cli.exits import OK
-from worker.cli.output import Output, timestamp
+from worker.cli.output import Output
 from worker.cli.parser import Parser, Subparsers, bounded_int, shown, verb
 from worker.cli.run_actions import DURATION, duration
 

@@ -26,7 +26,7 @@ from worker.cli.exits import (
     CliError,
 )
 from worker.cli.inputs import TOKEN_ENV, confirm, credential
-from worker.cli.output import Output, error, note, timestamp
+from worker.cli.output import Output, error, note
 from worker.cli.parser import (
     Subparsers,
     id_text,
@@ -36,6 +36,7 @@ from worker.cli.parser import (
     shown,
     verb,
 )
+from worker.present.formats import timestamp
 
 if TYPE_CHECKING:
     from worker.present.timeline import Entry

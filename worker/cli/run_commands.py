@@ -17,7 +17,7 @@ from worker.cli.exits import BAD_INPUT, OK, CliError
 from worker.cli.history_commands import register as register_history
 from worker.cli.inputs import parse_json
 from worker.cli.lookup import resolve_run
-from worker.cli.output import Output, age, jsonable, seconds_since, timestamp, until
+from worker.cli.output import Output
 from worker.cli.parser import (
     Parser,
     Subparsers,
@@ -39,6 +39,7 @@ from worker.cli.run_actions import (
     register_verbs,
     selection_options,
 )
+from worker.present.formats import age, jsonable, seconds_since, timestamp, until
 
 DEFAULT_LIMIT = 50
 WAITING = RunState.WAITING.value

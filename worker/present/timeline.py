@@ -22,7 +22,7 @@ from models.contracts import (
     InterruptView,
     ResumeAttemptView,
 )
-from worker.cli.output import aware, compact, timestamp
+from worker.present.formats import aware, compact, timestamp
 
 # Unbounded here; the table cuts details to its width unless --wide.
 FULL = 1_000_000

@@ -23,7 +23,6 @@ from starlette.templating import Jinja2Templates
 from models.errors import InterludeError, InterruptNotFoundError, RunNotFoundError
 from models.inbox_queries import database_ok
 from models.settings import Settings, get_settings
-from worker.cli.output import age, timestamp, until
 from worker.flows.flow import load_flow_modules
 from worker.web import api, bulk, console, inbox, links, runs_api, slack
 from worker.web.cards import flows_of, summary
