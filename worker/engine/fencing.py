@@ -17,7 +17,7 @@ import logging
 import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from models import fencing, runs
 from models.db import transaction, utcnow
@@ -27,10 +27,21 @@ from models.scope import Scope
 from models.settings import get_settings
 from models.statements import Write
 
-if TYPE_CHECKING:
-    from worker.engine.effects import EffectScope
-
 log = logging.getLogger(__name__)
+
+
+class LeaseHolder(Protocol):
+    """What fencing needs of the step that calls an effect (an ``EffectScope``): its run, its
+    lease's epoch and length. Named here, so that the ledger imports fencing and not back."""
+
+    @property
+    def run_id(self) -> str: ...
+
+    @property
+    def epoch(self) -> int: ...
+
+    @property
+    def lease_seconds(self) -> float: ...
 
 
 @dataclass(frozen=True)
@@ -49,7 +60,7 @@ def margin_for(lease_seconds: float) -> float:
     return min(get_settings().effect_margin, lease_seconds / 2)
 
 
-def renew_for_call(session: Scope, ctx: EffectScope) -> Lease:
+def renew_for_call(session: Scope, ctx: LeaseHolder) -> Lease:
     """Renew the lease in the caller's (intent) transaction; FencedError if it is gone.
 
     The deadline is counted from before the renewal, so time spent waiting for the database
@@ -62,7 +73,7 @@ def renew_for_call(session: Scope, ctx: EffectScope) -> Lease:
     return Lease(started + ctx.lease_seconds, margin_for(ctx.lease_seconds))
 
 
-def renewal_for_call(ctx: EffectScope) -> tuple[Lease, Write]:
+def renewal_for_call(ctx: LeaseHolder) -> tuple[Lease, Write]:
     """The renewal of ``renew_for_call`` as a write to go with the intent (one round trip);
     the intent is written only while the lease is the caller's, so it stands for the check."""
     started, now = time.monotonic(), utcnow()
@@ -71,14 +82,14 @@ def renewal_for_call(ctx: EffectScope) -> tuple[Lease, Write]:
     return Lease(started + ctx.lease_seconds, margin_for(ctx.lease_seconds)), renewal
 
 
-def check_margin(ctx: EffectScope, name: str, lease: Lease) -> None:
+def check_margin(ctx: LeaseHolder, name: str, lease: Lease) -> None:
     """Refuse to call ``fn`` unless the lease has more than the margin left."""
     left = lease.left()
     if left <= lease.margin:
         raise LeaseMarginError(run_id=ctx.run_id, name=name, left=left, margin=lease.margin)
 
 
-def await_stale_owner(ctx: EffectScope, entry: LedgerEntry) -> datetime | None:
+def await_stale_owner(ctx: LeaseHolder, entry: LedgerEntry) -> datetime | None:
     """Wait until the lease of the owner that left ``entry`` unsettled expired plus the grace.
 
     Returns when that lease ended (None when the intent is this execution's own epoch or the
