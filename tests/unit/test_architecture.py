@@ -1,5 +1,6 @@
 """The layers, read from the source's syntax trees: SQL only in models/, dialects in one module,
-statemachine/ pure, and no import cycle among our modules (imports inside functions count).
+statemachine/ pure, no import cycle among our modules (imports inside functions and under
+``if TYPE_CHECKING:`` count), and worker/ laid out as subpackages a reader can walk.
 """
 
 from __future__ import annotations
@@ -72,9 +73,11 @@ def _is_type_checking(test: ast.expr) -> bool:
     )
 
 
-def _imports(module: Module) -> Iterator[tuple[ast.AST, str, list[str]]]:
-    """(node, imported module, names) for each runtime import, relative ones resolved."""
-    for node in _runtime_nodes(module.tree):
+def _imports(module: Module, *, typing: bool = False) -> Iterator[tuple[ast.AST, str, list[str]]]:
+    """(node, imported module, names) for each runtime import, relative ones resolved; with
+    ``typing``, the imports under ``if TYPE_CHECKING:`` as well."""
+    nodes = ast.walk(module.tree) if typing else _runtime_nodes(module.tree)
+    for node in nodes:
         if isinstance(node, ast.Import):
             for alias in node.names:
                 yield node, alias.name, []
@@ -91,10 +94,10 @@ def _ours(name: str) -> bool:
     return name.split(".")[0] in PACKAGES
 
 
-def _targets(module: Module, modules: dict[str, Module]) -> set[str]:
+def _targets(module: Module, modules: dict[str, Module], *, typing: bool = False) -> set[str]:
     """Our modules that ``module`` imports (``from pkg import sub`` counts as ``pkg.sub``)."""
     targets: set[str] = set()
-    for _, imported, names in _imports(module):
+    for _, imported, names in _imports(module, typing=typing):
         if not _ours(imported):
             continue
         submodules = [f"{imported}.{n}" for n in names if f"{imported}.{n}" in modules]
@@ -106,9 +109,11 @@ def _targets(module: Module, modules: dict[str, Module]) -> set[str]:
     return {t for t in targets if t in modules}
 
 
-def import_cycles(modules: dict[str, Module]) -> list[list[str]]:
-    """The strongly connected components of more than one module (Tarjan)."""
-    graph = {name: sorted(_targets(m, modules)) for name, m in modules.items()}
+def import_cycles(modules: dict[str, Module], *, typing: bool = True) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan). An import under
+    ``if TYPE_CHECKING:`` counts unless ``typing`` is False: it ties the two modules as much
+    for a reader (and for mypy) as one that runs."""
+    graph = {name: sorted(_targets(m, modules, typing=typing)) for name, m in modules.items()}
     index: dict[str, int] = {}
     low: dict[str, int] = {}
     stack: list[str] = []
@@ -142,8 +147,102 @@ def import_cycles(modules: dict[str, Module]) -> list[list[str]]:
     return cycles
 
 
-def _in(package: str) -> list[Module]:
-    return [m for n, m in MODULES.items() if n == package or n.startswith(package + ".")]
+def _in(package: str, modules: dict[str, Module] | None = None) -> list[Module]:
+    modules = MODULES if modules is None else modules
+    return [m for n, m in modules.items() if n == package or n.startswith(package + ".")]
+
+
+def _sqlalchemy_aliases(module: Module) -> set[str]:
+    return {
+        alias.asname or alias.name
+        for node in _runtime_nodes(module.tree)
+        if isinstance(node, ast.Import)
+        for alias in node.names
+        if alias.name.split(".")[0] == "sqlalchemy"
+    }
+
+
+def _table_names(module: Module) -> set[str]:
+    """Names that stand for tables in ``module``: taken from the tables' module, or that module
+    itself (``from models import tables``)."""
+    names = set()
+    for _, imported, imported_names in _imports(module, typing=True):
+        if imported in TABLE_MODULES:
+            names.update(imported_names)
+        package, _, last = next(iter(TABLE_MODULES)).rpartition(".")
+        if imported == package and last in imported_names:
+            names.add(last)
+    for node in ast.walk(module.tree):
+        if isinstance(node, ast.alias) and node.asname and node.name in names:
+            names.add(node.asname)
+    return names
+
+
+def _is_table(receiver: ast.expr, tables: set[str]) -> bool:
+    """A table object: a name for a table, ``X.__table__``, ``metadata.tables[...]``, or an
+    attribute or item of one (``tables.runs``)."""
+    for node in ast.walk(receiver):
+        if isinstance(node, ast.Attribute) and node.attr in ("__table__", "metadata", "tables"):
+            return True
+        if isinstance(node, ast.Name) and node.id in tables:
+            return True
+    return False
+
+
+def sql_built(modules: list[Module]) -> list[str]:
+    """Calls that build SQL: ``select(...)``, ``sqlalchemy.update(...)``, and the method form
+    on a table (``Run.__table__.update()``, ``runs_table.insert()``)."""
+    found = []
+    for module in modules:
+        sqlalchemy_aliases = _sqlalchemy_aliases(module)
+        tables = _table_names(module)
+        for node in _runtime_nodes(module.tree):
+            if not isinstance(node, ast.Call):
+                continue
+            func = node.func
+            if isinstance(func, ast.Name) and func.id in SQL_BUILDERS:
+                found.append(f"{module.where(node)} calls {func.id}(")
+            elif isinstance(func, ast.Attribute) and func.attr in SQL_BUILDERS:
+                if isinstance(func.value, ast.Name) and func.value.id in sqlalchemy_aliases:
+                    found.append(f"{module.where(node)} calls {func.value.id}.{func.attr}(")
+                elif _is_table(func.value, tables):
+                    found.append(
+                        f"{module.where(node)} calls {ast.unparse(func.value)}.{func.attr}("
+                    )
+    return found
+
+
+def crowded_root(folder: Path, most: int = ROOT_MODULES_AT_MOST) -> list[str]:
+    """The modules at the root of ``folder`` if there are more than ``most``."""
+    found = sorted(path.name for path in folder.glob("*.py"))
+    return found if len(found) > most else []
+
+
+def duplicate_names(modules: dict[str, Module], package: str = "worker") -> dict[str, list[str]]:
+    """Module (and subpackage) names used twice inside ``package``: a ``runs`` module of the API
+    and one of the command line would be two things a reader confuses."""
+    by_name: dict[str, list[str]] = {}
+    for module in _in(package, modules):
+        if module.name == package:
+            continue
+        by_name.setdefault(module.name.rpartition(".")[2], []).append(module.name)
+    return {name: sorted(found) for name, found in by_name.items() if len(found) > 1}
+
+
+def surfaces_tied(modules: dict[str, Module]) -> list[str]:
+    """Imports that tie the command line and the web together, or the layer below both to
+    either. (``interlude serve`` starting the web app is the one way allowed: cli -> web.)"""
+    forbidden = {
+        "worker.web": ("worker.cli",),
+        SHARED_BELOW_SURFACES: SURFACES,
+    }
+    found = []
+    for source, targets in forbidden.items():
+        for module in _in(source, modules):
+            for target in _targets(module, modules, typing=True):
+                if any(target == t or target.startswith(t + ".") for t in targets):
+                    found.append(f"{module.name} imports {target}")
+    return sorted(found)
 
 
 def test_the_graph_is_read_from_every_module() -> None:
@@ -154,28 +253,7 @@ def test_the_graph_is_read_from_every_module() -> None:
 
 
 def test_worker_builds_no_sql() -> None:
-    found = []
-    for module in _in("worker"):
-        sqlalchemy_aliases = {
-            alias.asname or alias.name
-            for node in _runtime_nodes(module.tree)
-            if isinstance(node, ast.Import)
-            for alias in node.names
-            if alias.name.split(".")[0] == "sqlalchemy"
-        }
-        for node in _runtime_nodes(module.tree):
-            if not isinstance(node, ast.Call):
-                continue
-            func = node.func
-            if isinstance(func, ast.Name) and func.id in SQL_BUILDERS:
-                found.append(f"{module.where(node)} calls {func.id}(")
-            elif (
-                isinstance(func, ast.Attribute)
-                and func.attr in SQL_BUILDERS
-                and isinstance(func.value, ast.Name)
-                and func.value.id in sqlalchemy_aliases
-            ):
-                found.append(f"{module.where(node)} calls {func.value.id}.{func.attr}(")
+    found = sql_built(_in("worker"))
     assert found == [], "SQL is built in models/ only:\n" + "\n".join(found)
 
 
@@ -289,6 +367,25 @@ def test_no_import_cycle_among_our_modules() -> None:
     assert cycles == [], "import cycles:\n" + "\n".join(" <-> ".join(c) for c in cycles)
 
 
+def test_worker_root_holds_few_modules() -> None:
+    crowded = crowded_root(ROOT / "worker")
+    assert crowded == [], (
+        f"worker/ holds more than {ROOT_MODULES_AT_MOST} modules at its root; put the new one "
+        f"in the subpackage of its part (engine, gateway, flows, ops, present, cli, web): "
+        f"{crowded}"
+    )
+
+
+def test_no_two_modules_in_worker_share_a_name() -> None:
+    duplicates = duplicate_names(MODULES)
+    assert duplicates == {}, f"module names used twice inside worker/: {duplicates}"
+
+
+def test_the_web_and_the_cli_share_only_what_is_below_both() -> None:
+    found = surfaces_tied(MODULES)
+    assert found == [], "web/ imports no cli/; present/ imports neither:\n" + "\n".join(found)
+
+
 def test_the_checks_see_what_they_forbid() -> None:
     # Each rule, given a module that breaks it, finds the break (the rules can fail).
     bad = {
@@ -309,3 +406,98 @@ def test_the_checks_see_what_they_forbid() -> None:
     assert len(calls) == 1
     compares = [n for n in _runtime_nodes(modules["worker.b"].tree) if isinstance(n, ast.Compare)]
     assert len(compares) == 1
+
+
+def _planted(sources: dict[str, str]) -> dict[str, Module]:
+    return {
+        name: Module(name, ROOT / Path(*name.split(".")).with_suffix(".py"), ast.parse(source))
+        for name, source in sources.items()
+    }
+
+
+def test_a_cycle_through_type_checking_imports_is_found() -> None:
+    # Given two modules that import each other, one of them only for its annotations
+    modules = _planted(
+        {
+            "worker.a": "from worker.b import B\nclass A: ...\n",
+            "worker.b": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+            "    from worker.a import A\nclass B: ...\n",
+        }
+    )
+    # Then the cycle is found, though it never runs
+    assert import_cycles(modules) == [["worker.a", "worker.b"]]
+    assert import_cycles(modules, typing=False) == []
+
+
+def test_method_form_sql_on_a_table_is_found() -> None:
+    # Given statements built from a table's methods, and look-alike calls on other objects
+    modules = _planted(
+        {
+            "worker.a": "from models.tables import Run\n"
+            "def f(d):\n"
+            "    d.update(x=1)\n"  # a dict: no SQL
+            "    [].insert(0, 1)\n"  # a list: no SQL
+            "    return Run.__table__.update().values(state='x')\n",
+            "worker.b": "from models import tables\ndef g():\n    return tables.runs.delete()\n",
+            "worker.c": "from models.tables import Run as R\n"
+            "def h(md):\n    return R.select(), md.tables['runs'].insert()\n",
+        }
+    )
+    # Then each method-form statement is found, and nothing else
+    found = sql_built(list(modules.values()))
+    assert [line.split(" ", 1)[1] for line in found] == [
+        "calls Run.__table__.update(",
+        "calls tables.runs.delete(",
+        "calls R.select(",
+        "calls md.tables['runs'].insert(",
+    ]
+
+
+def test_a_crowded_root_is_found(tmp_path: Path) -> None:
+    # Given a package with one module more than its root may hold
+    for number in range(ROOT_MODULES_AT_MOST + 1):
+        (tmp_path / f"m{number}.py").write_text("")
+    (tmp_path / "notes.txt").write_text("")
+    # Then it is found; with one module fewer it is not
+    assert len(crowded_root(tmp_path)) == ROOT_MODULES_AT_MOST + 1
+    (tmp_path / "m0.py").unlink()
+    assert crowded_root(tmp_path) == []
+
+
+def test_a_module_name_used_twice_is_found() -> None:
+    # Given a module and a subpackage's module of the same name, and a package named like one
+    modules = _planted(
+        {
+            "worker": "",
+            "worker.orders": "",
+            "worker.shop": "",
+            "worker.shop.orders": "",
+            "worker.carts": "",
+            "worker.shop.carts": "",
+            "worker.engine.state": "",
+        }
+    )
+    # Then each name used twice is found, and no other
+    assert duplicate_names(modules) == {
+        "orders": ["worker.orders", "worker.shop.orders"],
+        "carts": ["worker.carts", "worker.shop.carts"],
+    }
+
+
+def test_surfaces_tied_together_are_found() -> None:
+    # Given the web importing the command line, and the shared layer importing the web
+    modules = _planted(
+        {
+            "worker.cli.serve": "from worker.web.asgi import create_app\n",
+            "worker.cli.output": "",
+            "worker.web.asgi": "from worker.cli.output import age\n",
+            "worker.present.formats": "from typing import TYPE_CHECKING\n"
+            "if TYPE_CHECKING:\n    from worker.web import asgi\n",
+            "worker.web": "",
+        }
+    )
+    # Then both are found; the command line starting the web app is not
+    assert surfaces_tied(modules) == [
+        "worker.present.formats imports worker.web.asgi",
+        "worker.web.asgi imports worker.cli.output",
+    ]
