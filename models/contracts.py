@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import uuid
 from datetime import UTC, datetime, timedelta
@@ -12,6 +11,7 @@ import rfc8785
 from pydantic import BaseModel, ConfigDict, Field, computed_field, field_validator
 from pydantic_core import PydanticCustomError
 
+from models.canonical import EVIDENCE_CANON
 from models.enums import Decision, ResumeOutcome
 
 RESUME_SCHEMA_VERSION = "resume.v1"
@@ -49,22 +49,6 @@ def json_copy(value: Any) -> Any:
     evidence, resume input); raises TypeError or ValueError for anything else.
     """
     return json.loads(json.dumps(value, allow_nan=False))
-
-
-def evidence_hash(evidence: Any, canon: str | None = EVIDENCE_CANON) -> str:
-    """``sha256:<hex>`` of the canonical JSON of ``evidence``.
-
-    ``canon`` is how the interrupt's hash was computed: RFC 8785, or None for an interrupt
-    recorded before (Python's json.dumps), so that what a responder was shown stays valid.
-    """
-    text = canonical_json(evidence) if canon == EVIDENCE_CANON else legacy_json(evidence)
-    return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
-
-
-def json_hash(value: Any) -> str:
-    """``sha256:<hex>`` of ``value`` as sorted, compact JSON: a fingerprint that never raises
-    for JSON values (effect requests, resume payloads); not an interop format."""
-    return "sha256:" + hashlib.sha256(legacy_json(value).encode()).hexdigest()
 
 
 class Frozen(BaseModel):

@@ -23,7 +23,8 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import func, select
 
-from models.contracts import InterruptView, ResumeResult, evidence_hash
+from models.canonical import evidence_hash
+from models.contracts import InterruptView, ResumeResult
 from models.db import transaction, utcnow
 from models.enums import TERMINAL_STATES
 from models.identity import normal_actor_id

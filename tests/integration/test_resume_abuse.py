@@ -11,7 +11,8 @@ from datetime import timedelta
 import pytest
 from sqlalchemy import text, update
 
-from models.contracts import InterruptView, evidence_hash, legacy_json
+from models.canonical import evidence_hash, legacy_json
+from models.contracts import InterruptView
 from models.db import get_engine, transaction, utcnow
 from models.errors import ActorError, ActorExistsError, InvalidInputError
 from models.tables import Actor, Interrupt, ResumeAttempt

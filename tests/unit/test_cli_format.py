@@ -9,13 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from models.contracts import (
-    EventView,
-    InterruptView,
-    ResumeAttemptView,
-    ResumeContract,
-    evidence_hash,
-)
+from models.canonical import evidence_hash
+from models.contracts import EventView, InterruptView, ResumeAttemptView, ResumeContract
 from models.enums import ResumeOutcome
 from models.errors import (
     ActorError,

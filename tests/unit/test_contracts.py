@@ -11,13 +11,8 @@ from typing import Any
 import pytest
 from pydantic import BaseModel, ValidationError
 
-from models.contracts import (
-    InterruptView,
-    ResumeContract,
-    ResumeResult,
-    canonical_json,
-    evidence_hash,
-)
+from models.canonical import canonical_json, evidence_hash
+from models.contracts import InterruptView, ResumeContract, ResumeResult
 from models.enums import Decision, ExpiryPolicy, InterruptKind, ResumeOutcome
 from models.errors import AnswerUnreadableError, BudgetRejectedError, FlowDefinitionError
 from worker.engine.answer_binding import ResolvedInterrupt

@@ -20,9 +20,9 @@ from typing import Any
 
 import pytest
 
+from models.canonical import request_hash
 from models.contracts import json_copy
 from models.errors import EffectError
-from worker.engine.effects import _request_hash
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -46,7 +46,7 @@ class Line:
 
 
 def _same(a: tuple[Any, ...], b: tuple[Any, ...], **kwargs: Any) -> bool:
-    return _request_hash(a, kwargs) == _request_hash(b, kwargs)
+    return request_hash(a, kwargs) == request_hash(b, kwargs)
 
 
 def test_the_same_arguments_give_the_same_hash_and_others_another() -> None:
@@ -61,7 +61,7 @@ def test_the_same_arguments_give_the_same_hash_and_others_another() -> None:
     assert _same(((1, "a"),), ([1, "a"],))
     assert _same(({1: "a", False: 2, None: 3},), ({"1": "a", "false": 2, "null": 3},))
     assert _same((Color.RED, Size.LARGE), ("red", 3))
-    assert _request_hash((), {"a": 1, "b": 2}) == _request_hash((), {"b": 2, "a": 1})
+    assert request_hash((), {"a": 1, "b": 2}) == request_hash((), {"b": 2, "a": 1})
     assert _same((Client(),), (Client(),))
     assert _same((Line("x", 1),), (Line("x", 1),))
     # Other values are other calls
@@ -75,8 +75,8 @@ def test_the_same_arguments_give_the_same_hash_and_others_another() -> None:
     assert not _same((10**20,), (10**20 + 1,))
     assert not _same((Line("x", 1),), (Line("x", 2),))
     assert not _same((Decimal("1.5"),), (Decimal("1.6"),))
-    assert _request_hash((5,), {}) != _request_hash((), {"amount": 5})
-    assert _request_hash((), {"a": 5}) != _request_hash((), {"b": 5})
+    assert request_hash((5,), {}) != request_hash((), {"amount": 5})
+    assert request_hash((), {"a": 5}) != request_hash((), {"b": 5})
 
 
 # Values whose repr differs from one process to the next: a set of strings (its order follows
@@ -84,7 +84,7 @@ def test_the_same_arguments_give_the_same_hash_and_others_another() -> None:
 _IN_A_PROCESS = """
 import datetime, decimal, sys, uuid
 from pydantic import BaseModel
-from worker.engine.effects import _request_hash
+from models.canonical import request_hash
 
 class Item(BaseModel):
     sku: str
@@ -102,7 +102,7 @@ args = (
     decimal.Decimal("19.90"),
     b"\\x00\\xff",
 )
-print(_request_hash(args, {"client": Client(), "flags": frozenset({"x", "y", "z"})}))
+print(request_hash(args, {"client": Client(), "flags": frozenset({"x", "y", "z"})}))
 """
 
 
@@ -131,9 +131,41 @@ def test_the_hash_never_raises() -> None:
         deep = [deep]
     odd = {(1, 2): "tuple key", frozenset({1}): "set key", "text": "\x00\ud800"}
     for args in [(cycle,), (deep,), (odd,), (float("nan"), float("inf"), Decimal("NaN"))]:
-        assert _request_hash(args, {}).startswith("v2:sha256:")
+        assert request_hash(args, {}).startswith("v2:sha256:")
     assert _same((cycle,), (cycle,))
     assert not _same((float("nan"),), (float("inf"),))
+
+
+def test_values_of_interludes_own_types_hash_as_before_worker_was_laid_out() -> None:
+    # An intent recorded before worker/ moved into subpackages named the types by the modules
+    # they had then (models.canonical.FORMER_MODULES); the step that executes again after the
+    # upgrade must give the same hash, or its own call would be refused.
+    # (Hashes computed with the modules at their old places, before the move.)
+    from models.enums import Decision
+    from worker import BudgetGrant, OperatorRelease, RepairResolution, Resume
+
+    grant = BudgetGrant(units=5, note="n")
+    assert request_hash((grant,), {}) == (
+        "v2:sha256:1166787a5b386c349c8c5999df05dfe9f4a19c1ea8dfe710deeeabcc0b114949"
+    )
+    repair = RepairResolution(outcome="applied", receipt={"id": 1})
+    assert request_hash((repair,), {"k": [1, 2.0]}) == (
+        "v2:sha256:57abbd14591b8d6b0a75b61c6dfca1d39d713f96ccad809059dfe4a98088ac79"
+    )
+    answer = Resume("i1", Decision.APPROVED, BudgetGrant(units=5), "human:ada")
+    assert request_hash((answer,), {"grant": OperatorRelease(note="go")}) == (
+        "v2:sha256:ab013887e285f5e743d9bcddb405d98c3b63002ec20a742aad0053ce89f93682"
+    )
+
+
+def test_every_former_module_name_is_an_old_place_of_a_module_that_exists() -> None:
+    import importlib
+
+    from models.canonical import FORMER_MODULES
+
+    for module, former in FORMER_MODULES.items():
+        importlib.import_module(module)
+        assert former.startswith("worker.") and former != module
 
 
 def test_a_recorded_hash_of_an_earlier_version_is_not_compared() -> None:
@@ -143,11 +175,11 @@ def test_a_recorded_hash_of_an_earlier_version_is_not_compared() -> None:
     from worker.engine.effects import _same_request
 
     ctx: Any = SimpleNamespace(run_id="r1")
-    now = _request_hash((5,), {})
+    now = request_hash((5,), {})
     legacy = "sha256:" + "0" * 64
     _same_request(ctx, "pay", "k", LedgerEntry("k", "pay", "applied", {}, 1, legacy), now)
     _same_request(ctx, "pay", "k", LedgerEntry("k", "pay", "applied", {}, 1, now), now)
-    other = _request_hash((6,), {})
+    other = request_hash((6,), {})
     with pytest.raises(EffectError, match="called again with other arguments"):
         _same_request(ctx, "pay", "k", LedgerEntry("k", "pay", "applied", {}, 1, other), now)
 

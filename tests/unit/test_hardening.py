@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from models.contracts import evidence_hash
+from models.canonical import evidence_hash
 from models.enums import ResumeOutcome
 from models.errors import FlowDefinitionError
 from models.identity import MAX_ACTOR_ID, actor_id_problem, normal_actor_id

@@ -13,20 +13,12 @@ apart from a new owner's).
 
 from __future__ import annotations
 
-import dataclasses
-import datetime
-import enum
-import hashlib
-import json
 import logging
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-from decimal import Decimal
 from typing import Any, Protocol
 
-from pydantic import BaseModel
-
+from models import canonical
 from models import effects as effect_store
 from models import interrupts as interrupt_store
 from models.contracts import json_copy
@@ -46,10 +38,6 @@ REPAIR_EXPIRES_IN = 7 * 24 * 3600
 # The ledger's columns: an effect's name and its idempotency key are at most this long.
 MAX_NAME = 200
 MAX_KEY = 400
-# The form of the request hashes that a key used again is compared with. Rows recorded by
-# earlier versions hold "sha256:..." over a serialisation that was not stable (a float that
-# PostgreSQL gave back as an integer, a set, an object's address): they are not compared.
-REQUEST_HASH = "v2:sha256:"
 
 
 class _Marker:
@@ -106,106 +94,6 @@ def as_json(value: Any, what: str, ctx: EffectScope, name: str) -> Any:
     return copy
 
 
-def _request_hash(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
-    """What the call is made with, as a fingerprint that the same arguments always give: in
-    another process, and after a trip through either database's JSON (dict key order, 5
-    and 5.0, 1e20 and 10**20, a tuple and a list, a set in any order). Values that are not
-    JSON count by their value where it has a stable form (datetime, Decimal, UUID, enums,
-    pydantic models, dataclasses, bytes), else by their type alone. Never raises."""
-    try:
-        text = _canonical([list(args), kwargs], set())
-    except RecursionError:
-        text = "<too deep>"
-    return REQUEST_HASH + hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
-
-
-def _canonical(value: Any, within: set[int]) -> str:
-    """``value`` as text, the same for equal values (see ``_request_hash``)."""
-    if value is None or isinstance(value, bool):
-        return json.dumps(value)
-    if isinstance(value, str):
-        return json.dumps(value)  # (ASCII: everything else escaped, lone surrogates too)
-    if isinstance(value, int | float | Decimal):
-        return _number(value)
-    if isinstance(value, list | tuple | dict | set | frozenset):
-        if id(value) in within:
-            return "<cycle>"
-        within.add(id(value))
-        try:
-            if isinstance(value, dict):
-                items = sorted((_key(k), _canonical(v, within)) for k, v in value.items())
-                return "{" + ",".join(f"{json.dumps(k)}:{v}" for k, v in items) + "}"
-            parts = [_canonical(item, within) for item in value]
-            if isinstance(value, set | frozenset):
-                parts.sort()
-            return "[" + ",".join(parts) + "]"
-        finally:
-            within.discard(id(value))
-    kind = f"<{type(value).__module__}.{type(value).__qualname__}>"
-    return kind + _value_of(value, within)
-
-
-def _number(value: int | float | Decimal) -> str:
-    """A number by its value alone: ``5``, ``5.0`` and ``Decimal("5.00")`` alike."""
-    if isinstance(value, float):
-        if value != value or value in (float("inf"), float("-inf")):
-            return json.dumps(float(value))
-        exact = Decimal(float.__repr__(value))  # the digits JSON writes, as the databases read
-    elif isinstance(value, Decimal):
-        if not value.is_finite():
-            return "NaN" if value.is_nan() else ("-Infinity" if value < 0 else "Infinity")
-        exact = value
-    else:
-        exact = Decimal(int(value))
-    sign, digits, exponent = exact.as_tuple()
-    assert isinstance(exponent, int)
-    count = len(digits)
-    while count > 1 and digits[count - 1] == 0:
-        count -= 1
-        exponent += 1
-    if count == 1 and digits[0] == 0:
-        return "0"
-    return ("-" if sign else "") + "".join(map(str, digits[:count])) + f"e{exponent}"
-
-
-def _key(key: Any) -> str:
-    """A dict key as JSON writes it (and reads it back): ``1`` and ``"1"`` alike."""
-    if isinstance(key, str):
-        return key
-    if key is None or isinstance(key, bool):
-        return json.dumps(key)
-    if isinstance(key, int):
-        return int.__repr__(int(key))
-    if isinstance(key, float):
-        return json.dumps(float(key))
-    return f"<{type(key).__module__}.{type(key).__qualname__}>"
-
-
-def _value_of(value: Any, within: set[int]) -> str:
-    """The stable form of a value that is not JSON, or "" when it has none."""
-    try:
-        if isinstance(value, datetime.date | datetime.time):
-            return json.dumps(value.isoformat())
-        if isinstance(value, uuid.UUID):
-            return json.dumps(str(value))
-        if isinstance(value, bytes | bytearray | memoryview):
-            return json.dumps(bytes(value).hex())
-        if isinstance(value, enum.Enum):
-            return _canonical(value.value, within)
-        if isinstance(value, BaseModel):
-            return _canonical(value.model_dump(), within)
-        if dataclasses.is_dataclass(value) and not isinstance(value, type):
-            fields = {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
-            return _canonical(fields, within)
-    except RecursionError:
-        raise
-    except Exception:
-        # A value that cannot say what it is counts by its type.
-        return ""
-    # Anything else (a client, a connection): its repr may name its address in this process.
-    return ""
-
-
 def perform(
     ctx: EffectScope,
     name: str,
@@ -222,7 +110,7 @@ def perform(
     reconcile = reconcile or ctx.flow.reconcilers.get(name)
     if key in ctx.applied_effects:
         raise EffectError(run_id=ctx.run_id, name=name, detail="used twice in one execution")
-    request_hash = _request_hash(args, kwargs)
+    request_hash = canonical.request_hash(args, kwargs)
     call = _Call(name, key, fn, args, kwargs, fencing_token)
     if ctx.effects is None:
         lease = _record_intent(ctx, name, key, request_hash, exists=False)
@@ -326,7 +214,11 @@ def _same_request(
     """EffectError unless the call recorded under ``key`` had the same arguments: a key used
     again with others would get another call's receipt (a programming error, not retried)."""
     recorded = entry.request_hash
-    if recorded is None or not recorded.startswith(REQUEST_HASH) or recorded == request_hash:
+    if (
+        recorded is None
+        or not recorded.startswith(canonical.REQUEST_HASH)
+        or recorded == request_hash
+    ):
         return
     raise EffectError(
         run_id=ctx.run_id,

@@ -10,10 +10,10 @@ import numbers
 from datetime import timedelta
 from typing import Any, NotRequired, TypedDict, Unpack
 
-import rfc8785
 from pydantic import BaseModel, ValidationError
 
-from models.contracts import InterruptDecl, evidence_hash, json_copy
+from models.canonical import NotCanonicalError, evidence_hash
+from models.contracts import InterruptDecl, json_copy
 from models.enums import ExpiryPolicy, InterruptKind
 from models.errors import FlowDefinitionError
 from models.runs import storable_text, unstorable_where
@@ -133,7 +133,7 @@ def declare(name: str, **args: Unpack[InterruptArgs]) -> InterruptDecl:
         )
     try:
         hashed = evidence_hash(evidence)
-    except rfc8785.CanonicalizationError as exc:
+    except NotCanonicalError as exc:
         raise FlowDefinitionError(
             detail=f"interrupt {name!r}: evidence is not I-JSON (RFC 8785): {exc}"
         ) from None

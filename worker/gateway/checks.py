@@ -23,15 +23,8 @@ from sqlalchemy.orm import Session
 
 from models import interrupts as interrupt_store
 from models import runs as run_store
-from models.contracts import (
-    EVIDENCE_CANON,
-    ActorRef,
-    ResumeContract,
-    ResumeResult,
-    evidence_hash,
-    json_copy,
-    json_hash,
-)
+from models.canonical import EVIDENCE_CANON, evidence_hash, json_hash, same_json
+from models.contracts import ActorRef, ResumeContract, ResumeResult, json_copy
 from models.db import transaction, utcnow
 from models.enums import (
     Decision,
@@ -429,7 +422,7 @@ def _check_binding(contract: ResumeContract, interrupt: Interrupt, run: Run) -> 
         problems.append(f"run moved on (now {run.state}, version {run.state_version})")
     if contract.evidence_hash != interrupt.evidence_hash:
         problems.append("evidence hash differs from the evidence on record")
-    if _canonical(contract.scope) != _canonical(interrupt.scope):
+    if not same_json(contract.scope, interrupt.scope):
         problems.append("scope differs from the interrupt's scope")
     if contract.policy_version is not None and contract.policy_version != interrupt.policy_version:
         problems.append(
@@ -872,10 +865,6 @@ def _first_error(exc: ValidationError) -> str:
 
 def _short_str(value: object) -> str | None:
     return value[:MAX_ID] if isinstance(value, str) else None
-
-
-def _canonical(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
 
 
 def _payload(contract: Any) -> tuple[Any, Any, str | None]:
