@@ -22,8 +22,7 @@ from sqlalchemy import func, insert, select, update
 from examples import records
 from models.db import transaction, utcnow
 from models.errors import InvalidInputError
-from worker import NOT_APPLIED, Flow, StepContext, input_schema
-from worker.flows.flow import RevalidationContext
+from worker import NOT_APPLIED, Flow, RevalidationContext, StepContext, input_schema
 
 INTERRUPT = "engineering_certificate"
 ENGINEER_ROLE = "engineer"

@@ -2,6 +2,15 @@
 
 Importing ``worker`` is light: each name below is imported from its module on first use, so
 the ``interlude`` command and application code pay only for what they touch.
+
+Inside, by part: ``engine`` executes steps (the runtime, the effect ledger, dispatch, the
+Celery tasks, sweeps and the reaper); ``gateway`` decides answers and events (its checks,
+actors, operator authority); ``flows`` holds what flows declare (``Flow``, interrupts, input
+schemas, events, policies, tools, versions); ``ops`` serves operators (statistics, metrics,
+run logs, traces, step history, retention, notifications); ``present`` is what the command
+line (``cli``) and the web (``web``) both show people. At the root: this face, the Celery
+app (``app``) and the application API by subject (``runs``, ``interrupts``, ``operate``,
+``forks``, ``ask_groups``).
 """
 
 from __future__ import annotations
@@ -21,7 +30,7 @@ if TYPE_CHECKING:
     from models.contracts import InterruptView, ResumeContract, ResumeResult
     from worker.engine.context import Resume, StepContext
     from worker.engine.effects import NOT_APPLIED, UNKNOWN
-    from worker.flows.flow import Flow
+    from worker.flows.flow import Flow, RevalidationContext
     from worker.flows.schemas import BudgetGrant, OperatorRelease, RepairResolution, input_schema
     from worker.forks import fork_run
     from worker.gateway.actors import (
@@ -40,6 +49,9 @@ if TYPE_CHECKING:
         list_interrupts,
         list_resume_attempts,
     )
+    from worker.operate import find_runs, retry_run, wait_for_run
+    from worker.ops.retention import purge_finished_runs
+    from worker.ops.stats import collect_stats
     from worker.ops.step_history import list_steps
     from worker.runs import cancel_run, enqueue_run, get_run, list_runs, pause_run
 
@@ -61,6 +73,7 @@ _EXPORTS = {
     "NOT_APPLIED": "worker.engine.effects",
     "UNKNOWN": "worker.engine.effects",
     "Flow": "worker.flows.flow",
+    "RevalidationContext": "worker.flows.flow",
     "submit_resume": "worker.gateway.checks",
     "send_event": "worker.gateway.events",
     "fork_run": "worker.forks",
@@ -74,6 +87,11 @@ _EXPORTS = {
     "get_run": "worker.runs",
     "list_runs": "worker.runs",
     "pause_run": "worker.runs",
+    "find_runs": "worker.operate",
+    "retry_run": "worker.operate",
+    "wait_for_run": "worker.operate",
+    "collect_stats": "worker.ops.stats",
+    "purge_finished_runs": "worker.ops.retention",
     "BudgetGrant": "worker.flows.schemas",
     "OperatorRelease": "worker.flows.schemas",
     "RepairResolution": "worker.flows.schemas",
@@ -91,12 +109,15 @@ __all__ = [
     "Resume",
     "ResumeContract",
     "ResumeResult",
+    "RevalidationContext",
     "StepContext",
     "add_actor",
     "app",
     "cancel_run",
+    "collect_stats",
     "count_resume_attempts",
     "enqueue_run",
+    "find_runs",
     "fork_run",
     "get_interrupt",
     "get_run",
@@ -107,12 +128,15 @@ __all__ = [
     "list_runs",
     "list_steps",
     "pause_run",
+    "purge_finished_runs",
+    "retry_run",
     "revoke_actor",
     "rotate_actor",
     "send_event",
     "set_actor_kind",
     "set_actor_roles",
     "submit_resume",
+    "wait_for_run",
 ]
 
 
