@@ -272,7 +272,7 @@ def copies(
     template: dict[str, list[dict[str, Any]]], count: int, first: int
 ) -> Iterator[dict[str, list[dict[str, Any]]]]:
     """``count`` waiting runs shaped as the template, ``n`` from ``first``, in chunks."""
-    from models.contracts import evidence_hash
+    from models.canonical import evidence_hash
     from models.db import utcnow
 
     run = template["runs"][0]

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from pydantic import BaseModel, ConfigDict
 
-from models.contracts import evidence_hash
+from models.canonical import evidence_hash
 from models.errors import EffectError, FlowDefinitionError, InvalidToolCallError
 from worker.engine.answer_binding import ResolvedInterrupt, mismatch
 from worker.engine.context import StepContext

@@ -12,8 +12,9 @@ from models.enums import InterruptKind, ResumeOutcome
 from worker.cli.exits import RESUME_EXIT, resume_exit
 from worker.cli.inputs import TOKEN_ENV, confirm, credential, parse_object
 from worker.cli.lookup import resolve_interrupt
-from worker.cli.output import Output, compact, note
+from worker.cli.output import Output, note
 from worker.cli.parser import Parser, Subparsers, choice_of, id_text, name_text, verb
+from worker.present.formats import compact
 
 
 def register(sub: Subparsers, common: Parser) -> None:

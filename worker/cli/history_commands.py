@@ -7,9 +7,10 @@ import argparse
 from models.enums import RunState
 from worker.cli.exits import OK, RUN_EXIT
 from worker.cli.inputs import parse_object
-from worker.cli.output import Output, compact, timestamp
+from worker.cli.output import Output
 from worker.cli.parser import Parser, Subparsers, id_text, name_text, verb
 from worker.cli.run_actions import act, operator, operator_options
+from worker.present.formats import compact, timestamp
 
 RUN_ID_HELP = "the run's id or a unique prefix (6+)"
 

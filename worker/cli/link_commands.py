@@ -6,7 +6,7 @@ import argparse
 
 from worker.cli.exits import OK
 from worker.cli.lookup import resolve_interrupt
-from worker.cli.output import Output, timestamp
+from worker.cli.output import Output
 from worker.cli.parser import (
     Parser,
     Subparsers,
@@ -17,6 +17,7 @@ from worker.cli.parser import (
     positive_int,
     verb,
 )
+from worker.present.formats import timestamp
 
 CHANNELS = ("email", "slack")
 DECISIONS = ("approved", "rejected")

@@ -11,7 +11,7 @@ from worker.cli.exits import BAD_INPUT, RESUME_EXIT, CliError, resume_exit
 from worker.cli.inputs import TOKEN_ENV, confirm, credential, parse_json, parse_object
 from worker.cli.interrupt_commands import contract
 from worker.cli.lookup import resolve_interrupt
-from worker.cli.output import Output, compact, error, note
+from worker.cli.output import Output, error, note
 from worker.cli.parser import (
     Parser,
     Subparsers,
@@ -22,6 +22,7 @@ from worker.cli.parser import (
     verb,
 )
 from worker.cli.review import MESSAGE_LIMIT, decision_of, review_input, summary_lines
+from worker.present.formats import compact
 
 if TYPE_CHECKING:
     from models.contracts import InterruptView, ResumeResult

@@ -13,7 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from models.contracts import EVIDENCE_CANON, InterruptDecl, evidence_hash, json_hash
+from models.canonical import EVIDENCE_CANON, evidence_hash, json_hash
+from models.contracts import InterruptDecl
 from worker.flows.policies import Policy
 
 

@@ -31,7 +31,8 @@ from sqlalchemy.orm import Session
 
 from models import interrupts as interrupt_store
 from models import runs as run_store
-from models.contracts import EVIDENCE_CANON, evidence_hash, json_copy
+from models.canonical import EVIDENCE_CANON, evidence_hash
+from models.contracts import json_copy
 from models.db import utcnow
 from models.enums import EventKind, RunState
 from models.errors import FlowDefinitionError

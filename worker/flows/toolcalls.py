@@ -16,7 +16,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
-from models.contracts import canonical_json, json_copy
+from models.canonical import canonical_json
+from models.contracts import json_copy
 from models.errors import FlowDefinitionError
 from worker.flows.policies import checked_roles
 from worker.flows.schemas import input_schema, lookup, schema_id_of

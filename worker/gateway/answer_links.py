@@ -30,8 +30,8 @@ from sqlalchemy.orm import Session
 from models import actors as actor_store
 from models import interrupts as interrupt_store
 from models import links as store
+from models.canonical import json_hash as _json_hash
 from models.contracts import InterruptView, ResumeContract, ResumeResult, contract_payload
-from models.contracts import json_hash as _json_hash
 from models.db import transaction, utcnow
 from models.enums import Decision, InterruptStatus, ResumeOutcome
 from models.errors import InterruptNotFoundError, LinkError
