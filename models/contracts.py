@@ -7,7 +7,6 @@ import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal, Protocol
 
-import rfc8785
 from pydantic import BaseModel, ConfigDict, Field, computed_field, field_validator
 from pydantic_core import PydanticCustomError
 
@@ -22,24 +21,6 @@ CONTRACT_EXPIRES_IN = timedelta(minutes=15)
 # The input schema of a tool-call review is named after its arguments' model:
 # ``<args>-review.vN`` (``worker.flows.toolcalls.answer_model``).
 REVIEW_SCHEMA_SUFFIX = "-review"
-
-
-# How evidence hashes are computed now; interrupts recorded before carry NULL (legacy_json).
-EVIDENCE_CANON = "rfc8785"
-
-
-def canonical_json(value: Any) -> str:
-    """RFC 8785 canonical JSON (JCS): what any language computes the evidence hash over.
-
-    Raises rfc8785.CanonicalizationError for what I-JSON cannot hold (NaN, integers beyond
-    2**53, keys that are not text).
-    """
-    return rfc8785.dumps(value).decode("utf-8")
-
-
-def legacy_json(value: Any) -> str:
-    """The serialisation hashes were computed over before RFC 8785 (Python's json.dumps)."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
 def json_copy(value: Any) -> Any:

@@ -23,6 +23,14 @@ SQLALCHEMY_ALLOWED = {
 DIALECT_MODULE = "models.dialects"
 DIALECT_CHOOSERS = frozenset({"models.db"})
 DIALECT_NAMES = frozenset({"postgresql", "postgres", "sqlite"})
+# Where the tables are defined: a name taken from there is a table (or a mapped class).
+TABLE_MODULES = frozenset({"models.tables"})
+# worker/'s root: the public face, the Celery app and a few modules of the application API;
+# everything else in a subpackage named for its part of the architecture.
+ROOT_MODULES_AT_MOST = 12
+# Below both the command line and the web: what the two share, importing neither.
+SURFACES = ("worker.cli", "worker.web")
+SHARED_BELOW_SURFACES = "worker.present"
 # SQL functions both databases have under one name; any other (jsonb_build_object,
 # make_interval, julianday...) is one database's, and is written in the dialect module only.
 PORTABLE_FUNCTIONS = frozenset({"count", "min", "max", "sum", "coalesce", "distinct"})

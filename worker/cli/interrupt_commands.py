@@ -23,6 +23,7 @@ from worker.cli.parser import (
     verb,
 )
 from worker.cli.review import resume_hint, show_call
+from worker.present.formats import age, format_age, jsonable, seconds_since, timestamp, until
 
 if TYPE_CHECKING:
     from models.contracts import InterruptView

@@ -10,6 +10,7 @@ from worker.cli.exits import OK
 from worker.cli.output import Output
 from worker.cli.parser import Parser, Subparsers, bounded_int, shown, verb
 from worker.cli.run_actions import DURATION, duration
+from worker.present.formats import timestamp
 
 DATE_LIMIT = 40
 MAX_BATCH = 10_000

@@ -24,6 +24,7 @@ from models.errors import InterludeError, InterruptNotFoundError, RunNotFoundErr
 from models.inbox_queries import database_ok
 from models.settings import Settings, get_settings
 from worker.flows.flow import load_flow_modules
+from worker.present.formats import age, timestamp, until
 from worker.web import api, bulk, console, inbox, links, runs_api, slack
 from worker.web.cards import flows_of, summary
 from worker.web.openapi import document
