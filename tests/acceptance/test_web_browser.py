@@ -7,71 +7,25 @@ without them the test is skipped with the reason, except under ``CI``, where it 
 from __future__ import annotations
 
 import os
-import shutil
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
-import pytest
+from selenium.webdriver.common.by import By
+from selenium.webdriver.remote.webdriver import WebDriver
+from selenium.webdriver.support.ui import Select
 
 from examples import procurement
+from tests.acceptance.browser import new_browser  # noqa: F401  (a fixture)
 from tests.resumes import wait_finished, wait_pending
 from tests.services import ROOT, WorkerProcess
 from tests.webserver import WebServer
 from worker import add_actor, enqueue_run, get_run
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-CHROMEDRIVER = shutil.which("chromedriver")
 # The README's picture; rewritten only on request so that a test run leaves the tree clean.
 README_SCREENSHOT = ROOT / "docs" / "inbox-interrupt.png"
 UPDATE_DOCS = os.environ.get("INTERLUDE_UPDATE_DOCS") == "1"
 ITEMS = [{"sku": "VLV-200", "description": "gate valve DN200", "quantity": 4, "unit_price": 310.0}]
-
-if CHROMIUM is None or CHROMEDRIVER is None:
-    reason = (
-        "the browser test needs chromium and chromedriver "
-        "(apt-get install -y chromium chromium-driver)"
-    )
-    if os.environ.get("CI"):
-        pytest.fail(reason, pytrace=False)
-    pytest.skip(reason, allow_module_level=True)
-
-from selenium import webdriver  # noqa: E402
-from selenium.webdriver.chrome.service import Service  # noqa: E402
-from selenium.webdriver.common.by import By  # noqa: E402
-from selenium.webdriver.remote.webdriver import WebDriver  # noqa: E402
-from selenium.webdriver.support.ui import Select  # noqa: E402
-
-
-@pytest.fixture()
-def new_browser(tmp_path: Path) -> Iterator[Callable[[], WebDriver]]:
-    """Fresh headless Chromium sessions (each its own profile), a phone's width."""
-    started: list[WebDriver] = []
-
-    def start() -> WebDriver:
-        options = webdriver.ChromeOptions()
-        options.binary_location = str(CHROMIUM)
-        for argument in (
-            "--headless=new",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-dev-shm-usage",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
-            "--no-first-run",
-            f"--user-data-dir={tmp_path / uuid.uuid4().hex}",
-            "--window-size=430,1900",
-        ):
-            options.add_argument(argument)
-        driver = webdriver.Chrome(options=options, service=Service(str(CHROMEDRIVER)))
-        driver.implicitly_wait(10)
-        started.append(driver)
-        return driver
-
-    yield start
-    for driver in started:
-        driver.quit()
 
 
 def sign_in(browser: WebDriver, server: WebServer, actor: str, credential: str) -> None:
@@ -93,7 +47,7 @@ def test_a_person_answers_in_the_browser_and_a_second_session_sees_stale(
     db: str,
     shared_worker: WorkerProcess,
     web_server: WebServer,
-    new_browser: Callable[[], WebDriver],
+    new_browser: Callable[[], WebDriver],  # noqa: F811
     tmp_path: Path,
 ) -> None:
     # Given a purchase request waiting for an engineer's certificate

@@ -127,20 +127,8 @@ class Flow:
                 f"names, got {self.operator_roles!r}"
             )
         self.operator_roles = tuple(roles)
-        starters = checked_roles(self.starter_roles) if self.starter_roles else []
-        if starters is None:
-            raise FlowDefinitionError(
-                detail=f"flow {self.name!r}: starter_roles needs a list of role names, "
-                f"got {self.starter_roles!r}"
-            )
-        self.starter_roles = tuple(starters)
-        viewers = checked_roles(self.viewer_roles) if self.viewer_roles else []
-        if viewers is None:
-            raise FlowDefinitionError(
-                detail=f"flow {self.name!r}: viewer_roles needs a list of role names, "
-                f"got {self.viewer_roles!r}"
-            )
-        self.viewer_roles = tuple(viewers)
+        self.starter_roles = self._optional_roles("starter_roles", self.starter_roles)
+        self.viewer_roles = self._optional_roles("viewer_roles", self.viewer_roles)
         if self.start is not None and (not isinstance(self.start, str) or not self.start):
             raise FlowDefinitionError(
                 detail=f"flow {self.name!r}: start must name a step, got {self.start!r}"
@@ -157,6 +145,15 @@ class Flow:
         )
         self.origin = defining_file()
         register(self)
+
+    def _optional_roles(self, what: str, given: Any) -> tuple[str, ...]:
+        """Roles a flow may name (none by default), as a tuple, or FlowDefinitionError."""
+        roles = checked_roles(given) if given else []
+        if roles is None:
+            raise FlowDefinitionError(
+                detail=f"flow {self.name!r}: {what} needs a list of role names, got {given!r}"
+            )
+        return tuple(roles)
 
     def policy_for(self, interrupt: str) -> Policy:
         """The policy ``interrupt`` is asked under: its own, else the flow's."""
