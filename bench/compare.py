@@ -39,7 +39,7 @@ from typing import Any
 from bench import pg, rivals
 from bench.processes import ROOT, exclusive
 from bench.throughput import bench_bare, bench_interlude
-from bench.w1 import describe_costs
+from bench.w1 import POOLS, describe_costs
 
 INTERLUDE = "interlude"
 LG_SYNC = 'LangGraph + PostgresSaver, durability="sync"'
@@ -49,7 +49,7 @@ BARE = "bare Celery chain (not durable)"
 FLOOR = "Celery alone: W1's two tasks per run, doing nothing (the broker's floor)"
 W4_FLOOR = "Celery alone: one task of two 200 ms sleeps per run (the broker's floor)"
 IN_PROCESS = "interlude in one process, no broker (the test seam; not how it runs)"
-WORKLOADS = ("w1", "three", "w4")
+WORKLOADS = ("w1", "machine", "three", "w4")
 
 
 def _ours(module: str, *args: str) -> dict[str, Any]:
@@ -71,27 +71,45 @@ def _ours(module: str, *args: str) -> dict[str, Any]:
     return result
 
 
-def w1_systems(python: str, runs: int, *, count: bool = False) -> dict[str, Callable[[], Any]]:
-    flag = ["--count"] if count else []
+def w1_systems(
+    python: str, runs: int, *, count: bool = False, pool: str = "prefork"
+) -> dict[str, Callable[[], Any]]:
+    """W1 on one lane: interlude's caller and one worker lane, each rival in one process."""
+    if count:
+        return {
+            INTERLUDE: lambda: _ours("bench.w1", "--runs", str(runs), "--count"),
+            LG_SYNC: lambda: rivals.run(
+                python, "rival_langgraph_w1.py", runs, "sync", setup=True, count=True
+            ),
+            LG_EXIT: lambda: rivals.run(
+                python, "rival_langgraph_w1.py", runs, "exit", setup=True, count=True
+            ),
+            DBOS: lambda: rivals.run(python, "rival_dbos_w1.py", runs, setup=True, count=True),
+        }
     return {
-        INTERLUDE: lambda: _ours("bench.w1", "--runs", str(runs), *flag),
-        LG_SYNC: lambda: rivals.run(
-            python, "rival_langgraph_w1.py", runs, "sync", setup=True, count=count
-        ),
-        LG_EXIT: lambda: rivals.run(
-            python, "rival_langgraph_w1.py", runs, "exit", setup=True, count=count
-        ),
-        DBOS: lambda: rivals.run(python, "rival_dbos_w1.py", runs, setup=True, count=count),
-        # (no database: nothing to count)
-        **(
-            {}
-            if count
-            else {
-                FLOOR: lambda: _ours("bench.w1_floor", "--runs", str(runs)),
-                IN_PROCESS: lambda: _ours("bench.w1_in_process", "--runs", str(runs)),
-            }
-        ),
+        INTERLUDE: lambda: _ours("bench.w1", "--runs", str(runs), "--pool", pool),
+        **_rivals_w1(python, runs, 1),
+        FLOOR: lambda: _ours("bench.w1_floor", "--runs", str(runs)),
+        IN_PROCESS: lambda: _ours("bench.w1_in_process", "--runs", str(runs)),
     }
+
+
+def _rivals_w1(python: str, runs: int, processes: int) -> dict[str, Callable[[], Any]]:
+    script = "rival_langgraph_w1.py"
+    return {
+        LG_SYNC: lambda: rivals.run_lanes(python, script, runs, processes, "sync"),
+        LG_EXIT: lambda: rivals.run_lanes(python, script, runs, processes, "exit"),
+        DBOS: lambda: rivals.run_lanes(python, "rival_dbos_w1.py", runs, processes),
+    }
+
+
+def whole_machine_systems(
+    python: str, runs: int, lanes: int, pool: str
+) -> dict[str, Callable[[], Any]]:
+    """W1 with the whole machine: ``lanes`` callers and worker lanes for interlude, ``lanes``
+    processes for each rival."""
+    ours = ["bench.w1", "--runs", str(runs), "--lanes", str(lanes), "--pool", pool]
+    return {INTERLUDE: lambda: _ours(*ours), **_rivals_w1(python, runs, lanes)}
 
 
 def three_step_systems(python: str, runs: int) -> dict[str, Callable[[], Any]]:
@@ -106,16 +124,28 @@ def three_step_systems(python: str, runs: int) -> dict[str, Callable[[], Any]]:
 
 def take_turns(
     systems: dict[str, Callable[[], Any]], rounds: int, key: str
-) -> dict[str, list[float]]:
-    """Each round runs every system once, starting one further along, so none is always first."""
+) -> dict[str, list[dict[str, Any]]]:
+    """Each round runs every system once, starting one further along, so none is always first.
+    Every round's whole result, by system; ``key`` is the figure said as it goes."""
     names = list(systems)
-    found: dict[str, list[float]] = {name: [] for name in names}
+    found: dict[str, list[dict[str, Any]]] = {name: [] for name in names}
     for r in range(rounds):
         for name in names[r % len(names) :] + names[: r % len(names)]:
-            value = float(systems[name]()[key])
-            found[name].append(value)
-            print(f"  round {r + 1}: {name}: {value:.1f}", file=sys.stderr, flush=True)
+            result = systems[name]()
+            found[name].append(result)
+            cpu = result.get("cpu_ms_per_run")
+            said = f"{float(result[key]):.1f}" + (f", {cpu:.2f} ms CPU per run" if cpu else "")
+            print(f"  round {r + 1}: {name}: {said}", file=sys.stderr, flush=True)
     return found
+
+
+def figures(results: dict[str, list[dict[str, Any]]], key: str) -> dict[str, list[float]]:
+    """One figure of every round, by system (systems without it left out)."""
+    return {
+        name: [float(r[key]) for r in rounds]
+        for name, rounds in results.items()
+        if all(key in r for r in rounds)
+    }
 
 
 COUNTED = ("transactions", "pings", "statements")
@@ -155,11 +185,21 @@ def hop_plus_work(rates: dict[str, list[float]]) -> str | None:
     )
 
 
-def rate_table(title: str, unit: str, rates: dict[str, list[float]], extra: Any = None) -> str:
-    """A Markdown table: median, the rounds, and interlude's median over each system's."""
+def rate_table(
+    title: str,
+    unit: str,
+    rates: dict[str, list[float]],
+    extra: Any = None,
+    cpu: dict[str, list[float]] | None = None,
+) -> str:
+    """A Markdown table: median, the rounds, and interlude's median over each system's; with
+    ``cpu``, the machine's CPU per run (median) and interlude's over each system's."""
     medians = {name: statistics.median(values) for name, values in rates.items()}
     base = medians[INTERLUDE]
+    cpu_medians = {name: statistics.median(values) for name, values in (cpu or {}).items()}
     head = f"| {title} | {unit} (median) | rounds | interlude ÷ this |"
+    if cpu:
+        head += " CPU ms / run, whole machine (median) | interlude's CPU ÷ this |"
     if extra:
         head += (
             " transactions / run | of which pre-pings | statements / run"
@@ -169,6 +209,13 @@ def rate_table(title: str, unit: str, rates: dict[str, list[float]], extra: Any 
     for name, rate in medians.items():
         spread = ", ".join(f"{v:.1f}" for v in rates[name])
         row = f"| {name} | {rate:.1f} | {spread} | {base / rate:.2f} |"
+        if cpu:
+            spent = cpu_medians.get(name)
+            row += (
+                f" {spent:.2f} | {cpu_medians[INTERLUDE] / spent:.2f} |"
+                if spent and INTERLUDE in cpu_medians
+                else " n/a | n/a |"
+            )
         if extra:
             costs = extra.get(name)
             if costs:
@@ -196,8 +243,17 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=200, help="runs of W1 and three-step")
     parser.add_argument("--w4-runs", type=int, default=400)
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--workloads", default=",".join(WORKLOADS), help="w1,three,w4")
+    parser.add_argument("--workloads", default=",".join(WORKLOADS), help=",".join(WORKLOADS))
     parser.add_argument("--no-count", action="store_true", help="skip W1's counting runs")
+    parser.add_argument(
+        "--pool", choices=POOLS, default="solo", help="interlude's worker pool (bench.w1)"
+    )
+    parser.add_argument(
+        "--lanes",
+        type=int,
+        default=os.cpu_count() or 1,
+        help="W1 on the whole machine: processes (rivals), callers and worker lanes (interlude)",
+    )
     args = parser.parse_args()
     python, runs = args.rivals_python, args.runs
     workloads = [w for w in args.workloads.split(",") if w]
@@ -212,7 +268,8 @@ def main() -> None:
 
     if "w1" in workloads:
         print("W1 …", file=sys.stderr, flush=True)
-        rates = take_turns(w1_systems(python, runs), args.rounds, "rate")
+        results = take_turns(w1_systems(python, runs, pool=args.pool), args.rounds, "rate")
+        rates, cpu = figures(results, "rate"), figures(results, "cpu_ms_per_run")
         costs: dict[str, Any] = {}
         detail: dict[str, Any] = {}
         if not args.no_count:
@@ -222,7 +279,13 @@ def main() -> None:
                 detail[name] = measure()["counts"]
                 costs[name] = per_run_and_start_up(runs, detail[name], doubled[name]()["counts"])
         out += [
-            rate_table(f"W1, {runs} runs: approval, resume, effect", "runs/s", rates, costs),
+            rate_table(
+                f"W1, {runs} runs: approval, resume, effect; one lane ({args.pool} worker)",
+                "runs/s",
+                rates,
+                costs,
+                cpu,
+            ),
             "",
         ]
         added = hop_plus_work(rates)
@@ -248,10 +311,21 @@ def main() -> None:
                 "```",
                 "",
             ]
+    if "machine" in workloads:
+        lanes = args.lanes
+        print(f"W1 on the whole machine, {lanes} lanes …", file=sys.stderr, flush=True)
+        systems = whole_machine_systems(python, runs * lanes, lanes, args.pool)
+        results = take_turns(systems, args.rounds, "rate")
+        title = (
+            f"W1, {runs * lanes} runs on the whole machine: {lanes} processes each"
+            f" (interlude: {lanes} callers, {lanes} {args.pool} worker lanes)"
+        )
+        rates, cpu = figures(results, "rate"), figures(results, "cpu_ms_per_run")
+        out += [rate_table(title, "runs/s", rates, cpu=cpu), ""]
     if "three" in workloads:
         print("three-step …", file=sys.stderr, flush=True)
-        rates = take_turns(three_step_systems(python, runs), args.rounds, "rate")
-        out += [rate_table(f"{runs} three-step runs, one after another", "runs/s", rates), ""]
+        three = figures(take_turns(three_step_systems(python, runs), args.rounds, "rate"), "rate")
+        out += [rate_table(f"{runs} three-step runs, one after another", "runs/s", three), ""]
     if "w4" in workloads:
         print("W4 …", file=sys.stderr, flush=True)
         w4_runs = str(args.w4_runs)
@@ -271,9 +345,9 @@ def main() -> None:
             "| steps/s (median) | rounds | efficiency |",
             "| --- | --- | --- | --- |",
         ]
-        for system, rates in results.items():
-            spread = ", ".join(f"{r:.1f}" for r in rates)
-            steps = statistics.median(rates)
+        for system, steps_per_s in figures(results, "steps_per_s").items():
+            spread = ", ".join(f"{r:.1f}" for r in steps_per_s)
+            steps = statistics.median(steps_per_s)
             efficiency = steps / seen[0]["ideal"]
             out.append(f"| {system} | {steps:.1f} | {spread} | {efficiency:.2f} |")
         out.append("")

@@ -12,7 +12,7 @@ run at most, whoever spends it. Linux only.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,12 +46,12 @@ def snapshot(proc: Path = Path("/proc")) -> dict[int, ProcessTime]:
     return found
 
 
-def role_of(pid: int, process: ProcessTime, *, caller: int, worker: int) -> str:
+def role_of(pid: int, process: ProcessTime, *, caller: int, workers: Collection[int]) -> str:
     if pid == caller:
         return "caller"
-    if pid == worker:
+    if pid in workers:
         return "worker parent"
-    if process.parent == worker:
+    if process.parent in workers:
         return "worker children"
     if process.name.startswith("postgres"):
         return "postgres"
@@ -61,7 +61,11 @@ def role_of(pid: int, process: ProcessTime, *, caller: int, worker: int) -> str:
 
 
 def by_role(
-    before: dict[int, ProcessTime], after: dict[int, ProcessTime], *, caller: int, worker: int
+    before: dict[int, ProcessTime],
+    after: dict[int, ProcessTime],
+    *,
+    caller: int,
+    workers: Collection[int],
 ) -> dict[str, float]:
     """CPU seconds each role spent between the two snapshots (every role, zero if none)."""
     spent = dict.fromkeys(ROLES, 0.0)
@@ -69,21 +73,21 @@ def by_role(
         start = before.get(pid)
         ticks = process.ticks - (start.ticks if start is not None else 0)
         if ticks > 0:
-            spent[role_of(pid, process, caller=caller, worker=worker)] += ticks / TICKS_PER_SECOND
+            spent[role_of(pid, process, caller=caller, workers=workers)] += ticks / TICKS_PER_SECOND
     return spent
 
 
 @contextmanager
-def spent(worker: int, *, enabled: bool = True) -> Iterator[dict[str, float]]:
-    """CPU seconds by role inside the block, this process as the caller and ``worker`` as the
-    worker's parent: filled when the block ends, left empty if not ``enabled``."""
+def spent(workers: Collection[int], *, enabled: bool = True) -> Iterator[dict[str, float]]:
+    """CPU seconds by role inside the block, this process as the caller and ``workers`` as
+    the workers' main processes: filled when the block ends, left empty if not ``enabled``."""
     found: dict[str, float] = {}
     if not enabled:
         yield found
         return
     before = snapshot()
     yield found
-    found.update(by_role(before, snapshot(), caller=os.getpid(), worker=worker))
+    found.update(by_role(before, snapshot(), caller=os.getpid(), workers=workers))
 
 
 def describe(spent: dict[str, float], runs: int, seconds: float) -> str:

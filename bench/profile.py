@@ -1,6 +1,8 @@
 """Where W1's time goes: py-spy on the caller and on the worker's pool child, wall clock.
 
-    .venv/bin/python -m bench.profile [--runs 200] [--top 20] [--out DIR]
+    .venv/bin/python -m bench.profile [--runs 200] [--top 20] [--out DIR] [--cpu]
+
+With ``--cpu``, where its CPU goes instead: samples only while a thread runs.
 
 Runs ``bench.w1`` in a process of its own and attaches ``py-spy record --idle --threads`` to it
 (the caller), to the worker's main process and to its pool child as soon as each exists, for
@@ -26,6 +28,9 @@ from pathlib import Path
 from bench.processes import ROOT, children, exclusive
 
 OURS = re.compile(r"\((worker|models|statemachine|bench)/")
+# py-spy's --idle: samples taken while a thread waits too (wall clock); without, CPU only.
+IDLE = ["--idle"]
+RATE = "100"
 
 
 def _py_spy() -> str:
@@ -36,7 +41,7 @@ def _py_spy() -> str:
 
 
 def _record(pid: int, out: Path) -> subprocess.Popen[bytes]:
-    options = ["--idle", "--threads", "--nonblocking", "--format", "raw", "--rate", "100"]
+    options = [*IDLE, "--threads", "--nonblocking", "--format", "raw", "--rate", RATE]
     return subprocess.Popen(
         [_py_spy(), "record", *options, "--output", str(out), "--pid", str(pid)],
         stdout=subprocess.DEVNULL,
@@ -89,7 +94,12 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=200)
     parser.add_argument("--top", type=int, default=20)
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument(
+        "--cpu", action="store_true", help="on-CPU samples only (where CPU goes, not time)"
+    )
     args = parser.parse_args()
+    if args.cpu:
+        IDLE.clear()
     out = args.out or Path(tempfile.mkdtemp(prefix="bench-profile-"))
     out.mkdir(parents=True, exist_ok=True)
     caller = subprocess.Popen(

@@ -6,7 +6,8 @@ Run with a Python that has dbos installed (not our dependency):
 
 The same shape as interlude's W1: start N workflows (each waits in ``DBOS.recv``), wait until
 all N wait, ``DBOS.send`` each its approval, then wait for every result; after the message a
-workflow calls one ``@DBOS.step`` as its effect.
+workflow calls one ``@DBOS.step`` as its effect. Under ``bench.lanes`` it waits for the start
+signal once launched.
 """
 
 import json
@@ -15,6 +16,7 @@ import threading
 import time
 
 from dbos import DBOS
+from machine_cpu import wait_for_go  # bench/, this script's folder
 
 url = sys.argv[1]
 setup = sys.argv[2] == "setup"
@@ -46,6 +48,7 @@ def main():
         DBOS.destroy()
         return
     runs = int(sys.argv[2])
+    wait_for_go()
     start = time.perf_counter()
     handles = [DBOS.start_workflow(w1, i) for i in range(runs)]
     while True:
@@ -59,7 +62,8 @@ def main():
     for handle in handles:
         assert handle.get_result()["n"] >= 0
     seconds = time.perf_counter() - start
-    print(json.dumps({"rate": runs / seconds, "seconds": seconds, "start": waiting - start}))
+    result = {"runs": runs, "rate": runs / seconds, "seconds": seconds, "start": waiting - start}
+    print(json.dumps(result), flush=True)
     DBOS.destroy()
 
 

@@ -6,8 +6,9 @@ Run with a Python that has langgraph and langgraph-checkpoint-postgres (not our 
 
 The same shape as interlude's W1: start N threads (each stops in ``interrupt()`` in its first
 node), then resume each with ``Command(resume=...)`` (its final node makes the "effect"), one
-after another. ``durability="sync"`` persists every step before the next one; ``"exit"``
-persists only when the graph stops (at the interrupt and at the end).
+after another. Under ``bench.lanes`` it waits for the start signal once ready (its graph
+compiled, its connection open). ``durability="sync"`` persists every step before the next
+one; ``"exit"`` persists only when the graph stops (at the interrupt and at the end).
 """
 
 import json
@@ -19,6 +20,7 @@ from typing import TypedDict
 from langgraph.checkpoint.postgres import PostgresSaver
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import Command, interrupt
+from machine_cpu import wait_for_go  # bench/, this script's folder
 
 
 class State(TypedDict, total=False):
@@ -60,6 +62,7 @@ def main():
         runs, durability = int(sys.argv[2]), sys.argv[3]
         app = graph().compile(checkpointer=saver)
         threads = [{"configurable": {"thread_id": uuid.uuid4().hex}} for _ in range(runs)]
+        wait_for_go()
         start = time.perf_counter()
         for i, config in enumerate(threads):
             out = app.invoke({"n": i}, config, durability=durability)
@@ -70,7 +73,8 @@ def main():
             out = app.invoke(Command(resume=answer), config, durability=durability)
             assert out["approved"] and out["receipt"]["n"] >= 0, out
         seconds = time.perf_counter() - start
-    print(json.dumps({"rate": runs / seconds, "seconds": seconds, "start": waiting - start}))
+        result = {"runs": runs, "rate": runs / seconds, "seconds": seconds}
+        print(json.dumps({**result, "start": waiting - start}), flush=True)
 
 
 if __name__ == "__main__":

@@ -4,7 +4,9 @@ The rivals (LangGraph, DBOS) are not our dependencies: their scripts run under
 ``--rivals-python``, a virtualenv with ``langgraph langgraph-checkpoint-postgres dbos``.
 A script's last line of output is its result: a number (runs/s) or a JSON object with
 ``rate``. Scripts that take ``setup`` as first argument create their schema in a run of their
-own, so that a counting run counts the workload alone.
+own, so that a counting run counts the workload alone. ``run_lanes`` runs a W1 script as
+several processes at once, started together, and reads the machine's CPU around their work
+(``bench.lanes``).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from bench import pg
+from bench import lanes, pg
 
 HERE = Path(__file__).resolve().parent
 TIMEOUT_SECONDS = 900
@@ -52,3 +54,15 @@ def run(
             logged = pg.logged_statements(name, offset)
             result["counts"] = pg.costs(runs, xacts, logged, {"process": set(logged.sequences)})
     return result
+
+
+def run_lanes(python: str, script: str, runs: int, processes: int, *extra: str) -> dict[str, Any]:
+    """``script`` as ``processes`` processes at once in one new database, ``runs`` among them,
+    started together (``bench.lanes``): their rate together and the machine's CPU per run."""
+    if runs % processes:
+        raise ValueError(f"{runs} runs do not share evenly among {processes} processes")
+    with pg.scratch_database("rival") as name:
+        url = pg.dsn(name)
+        _call(python, script, [url, "setup"])
+        each = [python, str(HERE / script), url, str(runs // processes), *extra]
+        return lanes.run([each] * processes)

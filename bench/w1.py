@@ -24,6 +24,8 @@ import argparse
 import json
 import logging
 import os
+import subprocess
+import sys
 import tempfile
 import time
 import uuid
@@ -34,10 +36,12 @@ from typing import Any
 import psycopg
 import redis
 
-from bench import cpu, pg
+from bench import cpu, lanes, pg
+from bench.machine_cpu import busy_seconds, wait_for_go
 from bench.processes import (
     BROKER_URL,
     INTERLUDE_QUEUES,
+    ROOT,
     bench_env,
     exclusive,
     start_worker,
@@ -45,22 +49,34 @@ from bench.processes import (
 )
 
 ACTOR = "bench-approver"
+# How the worker runs its tasks: one prefork pool child per lane under one main process, or
+# one ``--pool solo`` process per lane (each takes its tasks and runs them itself).
+POOLS = ("prefork", "solo")
+CREDENTIAL_ENV = "BENCH_CREDENTIAL"  # a lane's caller resumes with it (a bench actor's)
+DSN_ENV = "BENCH_DSN"  # and polls its runs' states here
 POLL_SECONDS = 0.02
 CPU_HELP = "also the CPU each process spent per run (from /proc)"
 TIMEOUT_SECONDS = 180  # a phase that takes longer has stalled (see broker_queues)
 
 
 class Poller:
-    """Counts runs by state over its own connection, and keeps count of its own queries."""
+    """Counts runs by state over its own connection, and keeps count of its own queries: every
+    run, or once ``only`` is given, those runs (a lane's own, beside other lanes')."""
 
-    def __init__(self, name: str) -> None:
-        self.conn = psycopg.connect(pg.dsn(name), autocommit=True)
+    def __init__(self, dsn: str) -> None:
+        self.conn = psycopg.connect(dsn, autocommit=True)
         self.queries = 0
         self.backend_pid = int(self.conn.info.backend_pid)
+        self.only: list[str] | None = None
 
     def states(self) -> dict[str, int]:
         self.queries += 1  # one statement, one transaction (autocommit)
-        rows = self.conn.execute("SELECT state, count(*) FROM runs GROUP BY state").fetchall()
+        if self.only is None:
+            rows = self.conn.execute("SELECT state, count(*) FROM runs GROUP BY state").fetchall()
+        else:
+            rows = self.conn.execute(
+                "SELECT state, count(*) FROM runs WHERE id = ANY(%s) GROUP BY state", [self.only]
+            ).fetchall()
         return {str(state): int(n) for state, n in rows}
 
     def wait_for(self, state: str, runs: int) -> None:
@@ -106,8 +122,9 @@ def contract(interrupt: Any) -> dict[str, Any]:
     }
 
 
-def _workload(runs: int, credential: str, poller: Poller) -> dict[str, float]:
-    """The measured W1: start N, wait for N waiting, resume N, wait for N succeeded.
+def _workload(runs: int, credential: str, poller: Poller, *, lanes: int = 1) -> dict[str, float]:
+    """The measured W1: start N, wait for N waiting, resume N, wait for N succeeded. With
+    ``lanes`` callers at once, each starts and resumes its own N among the others'.
 
     Returns the seconds from the start at which each phase ended (the last one is the total).
     """
@@ -115,12 +132,15 @@ def _workload(runs: int, credential: str, poller: Poller) -> dict[str, float]:
 
     start = time.perf_counter()
     phases: dict[str, float] = {}
-    for i in range(runs):
-        enqueue_run("bench_w1", {"n": i})
+    own = [enqueue_run("bench_w1", {"n": i}) for i in range(runs)]
+    if lanes > 1:
+        poller.only = own
     phases["enqueued"] = time.perf_counter() - start
     poller.wait_for("waiting", runs)
     phases["waiting"] = time.perf_counter() - start
-    for interrupt in list_interrupts(status="pending", kind="approval", limit=runs):
+    pending = list_interrupts(status="pending", kind="approval", limit=runs * lanes)
+    mine = set(own)
+    for interrupt in pending if lanes == 1 else [i for i in pending if i.run_id in mine]:
         result = submit_resume(contract(interrupt), credential)
         if not result.accepted:
             raise RuntimeError(f"resume refused: {result.outcome.value} ({result.reason})")
@@ -154,9 +174,33 @@ def ready_caller() -> None:
     load_flow_modules()
 
 
-def run(runs: int, *, count: bool = False, measure_cpu: bool = False) -> dict[str, Any]:
-    """One W1 measurement in a database of its own; with ``count``, the counting run; with
-    ``measure_cpu``, the CPU each process spent on it."""
+def start_workers(
+    app: str, env: dict[str, str], lanes: int, pool: str
+) -> list[subprocess.Popen[bytes]]:
+    """The worker processes of ``lanes`` lanes: one prefork worker of ``lanes`` children, or
+    ``lanes`` solo workers."""
+    if pool == "prefork":
+        return [start_worker(app, env, INTERLUDE_QUEUES, ["-c", str(lanes)])]
+    if pool != "solo":
+        raise ValueError(f"unknown pool {pool!r}; one of {', '.join(POOLS)}")
+    started: list[subprocess.Popen[bytes]] = []
+    try:
+        for i in range(lanes):
+            solo = ["--pool", "solo", "-n", f"w1-{i}@%h"]
+            started.append(start_worker(app, env, INTERLUDE_QUEUES, solo))
+    except BaseException:
+        for worker in started:
+            stop_worker(worker)
+        raise
+    return started
+
+
+def run(
+    runs: int, *, count: bool = False, measure_cpu: bool = False, pool: str = "prefork"
+) -> dict[str, Any]:
+    """One W1 measurement in a database of its own, this process the caller and one lane of
+    ``pool``; with ``count``, the counting run; with ``measure_cpu``, the CPU each process spent
+    on it. The machine's CPU over the workload, per run, is always in the result."""
     if count:
         pg.check_log()
     redis.Redis.from_url(BROKER_URL).flushdb()
@@ -179,15 +223,17 @@ def run(runs: int, *, count: bool = False, measure_cpu: bool = False) -> dict[st
         offset = pg.log_offset() if count else 0
         env = bench_env(url, **({"BENCH_COUNTS_DIR": counts_dir} if counts_dir else {}))
         app = "bench.counting_app" if count else "worker"
-        worker = start_worker(app, env, INTERLUDE_QUEUES, ["-c", "1"])
-        poller = Poller(name)
+        (worker,) = start_workers(app, env, 1, pool)
+        poller = Poller(pg.dsn(name))
         try:
             if count:
                 from bench import counting
 
                 counting.install("caller")
-            with cpu.spent(worker.pid, enabled=measure_cpu) as spent:
+            with cpu.spent([worker.pid], enabled=measure_cpu) as spent:
+                machine = busy_seconds()
                 phases = _workload(runs, credential, poller)
+                machine = busy_seconds() - machine
         finally:
             stop_worker(worker)
             poller.close()
@@ -197,6 +243,7 @@ def run(runs: int, *, count: bool = False, measure_cpu: bool = False) -> dict[st
             "runs": runs,
             "seconds": seconds,
             "rate": runs / seconds,
+            "cpu_ms_per_run": 1000 * machine / runs,
             "phases": phases,
         }
         if spent:
@@ -227,12 +274,56 @@ def run(runs: int, *, count: bool = False, measure_cpu: bool = False) -> dict[st
     return result
 
 
+def run_lanes(runs: int, lanes_: int, pool: str = "prefork") -> dict[str, Any]:
+    """W1 on the whole machine: ``lanes_`` callers at once, each a process starting and
+    resuming its share of ``runs``, against ``lanes_`` lanes of ``pool`` (``bench.lanes``: the
+    machine's CPU per run over the timed part)."""
+    if runs % lanes_:
+        raise ValueError(f"{runs} runs do not share evenly among {lanes_} lanes")
+    redis.Redis.from_url(BROKER_URL).flushdb()
+    with pg.scratch_database("interlude_w1") as name:
+        url = pg.sqlalchemy_url(name)
+        configure(url, None)
+        from models.db import dispose_engines
+        from models.migrate import upgrade
+        from worker import add_actor
+
+        upgrade(url)
+        credential = add_actor(ACTOR, ["bench-approver"])
+        dispose_engines()
+        env = bench_env(url, **{CREDENTIAL_ENV: credential, DSN_ENV: pg.dsn(name)})
+        workers = start_workers("worker", env, lanes_, pool)
+        caller = [sys.executable, "-m", "bench.w1", "--caller", "--runs", str(runs // lanes_)]
+        try:
+            result = lanes.run([[*caller, "--lanes", str(lanes_)]] * lanes_, env=env, cwd=str(ROOT))
+        finally:
+            for worker in workers:
+                stop_worker(worker)
+    return {**result, "pool": pool}
+
+
+def lane_caller(runs: int, lanes_: int) -> None:
+    """One caller of ``run_lanes``: ready, then at the start signal its share of W1."""
+    ready_caller()
+    poller = Poller(os.environ[DSN_ENV])
+    try:
+        wait_for_go()
+        phases = _workload(runs, os.environ[CREDENTIAL_ENV], poller, lanes=lanes_)
+    finally:
+        poller.close()
+    print(json.dumps({"runs": runs, "seconds": phases["succeeded"], "phases": phases}), flush=True)
+
+
 def report(result: dict[str, Any]) -> str:
     lines = [
         f"W1: {result['runs']} runs in {result['seconds']:.2f} s = {result['rate']:.1f} runs/s",
-        "  phases ended at: "
-        + ", ".join(f"{name} {at:.2f} s" for name, at in result["phases"].items()),
+        f"  the machine's CPU per run: {result['cpu_ms_per_run']:.2f} ms",
     ]
+    if "phases" in result:
+        lines.append(
+            "  phases ended at: "
+            + ", ".join(f"{name} {at:.2f} s" for name, at in result["phases"].items())
+        )
     if "cpu" in result:
         lines.append("  " + cpu.describe(result["cpu"], result["runs"], result["seconds"]))
     if "counts" in result:
@@ -304,8 +395,22 @@ def main() -> None:
     parser.add_argument("--count", action="store_true", help="the counting run (not timed)")
     parser.add_argument("--cpu", action="store_true", help=CPU_HELP)
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    parser.add_argument("--pool", choices=POOLS, default="prefork", help="the worker's pool")
+    parser.add_argument(
+        "--lanes",
+        type=int,
+        default=0,
+        help="the whole machine: this many callers (processes) and worker lanes at once",
+    )
+    parser.add_argument("--caller", action="store_true", help=argparse.SUPPRESS)  # a lane's
     args = parser.parse_args()
-    result = run(args.runs, count=args.count, measure_cpu=args.cpu)
+    if args.caller:
+        lane_caller(args.runs, args.lanes)
+        return
+    if args.lanes:
+        result = run_lanes(args.runs, args.lanes, args.pool)
+    else:
+        result = run(args.runs, count=args.count, measure_cpu=args.cpu, pool=args.pool)
     print(json.dumps(result) if args.json else report(result))
 
 

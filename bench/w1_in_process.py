@@ -19,6 +19,7 @@ import time
 from typing import Any
 
 from bench import pg
+from bench.machine_cpu import busy_seconds
 from bench.processes import exclusive
 from bench.w1 import ACTOR, configure, contract, rate_main
 
@@ -38,7 +39,7 @@ def run(runs: int) -> dict[str, Any]:
         credential = add_actor(ACTOR, ["bench-approver"])
         try:
             with recording() as tasks:
-                start = time.perf_counter()
+                machine, start = busy_seconds(), time.perf_counter()
                 for i in range(runs):
                     enqueue_run("bench_w1", {"n": i})
                 tasks.drain()
@@ -47,10 +48,15 @@ def run(runs: int) -> dict[str, Any]:
                     if not result.accepted:
                         raise RuntimeError(f"resume refused: {result.outcome.value}")
                 tasks.drain()
-                seconds = time.perf_counter() - start
+                seconds, machine = time.perf_counter() - start, busy_seconds() - machine
         finally:
             dispose_engines()
-    return {"runs": runs, "seconds": seconds, "rate": runs / seconds}
+    return {
+        "runs": runs,
+        "seconds": seconds,
+        "rate": runs / seconds,
+        "cpu_ms_per_run": 1000 * machine / runs,
+    }
 
 
 if __name__ == "__main__":

@@ -67,7 +67,7 @@ def run(
         for i in range(runs):
             enqueue_run("bench_w4", {"n": i})
         dispose_engines()
-        poller = Poller(name)
+        poller = Poller(pg.dsn(name))
         worker = start_worker(
             "worker",
             w4_trace.worker_env(env, trace_file, flows=True),
@@ -75,7 +75,7 @@ def run(
             ["-P", "threads", "-c", str(concurrency)],
         )
         try:
-            with cpu.spent(worker.pid, enabled=measure_cpu) as spent:
+            with cpu.spent([worker.pid], enabled=measure_cpu) as spent:
                 poller.wait_for("succeeded", runs)
             end = time.time()
         finally:

@@ -60,7 +60,7 @@ def run(
     env = w4_trace.worker_env(floor_env(), trace_file, flows=False)
     worker = start_worker("bench.w4_floor", env, QUEUE, ["-P", "threads", "-c", str(concurrency)])
     try:
-        with cpu.spent(worker.pid, enabled=measure_cpu) as spent:
+        with cpu.spent([worker.pid], enabled=measure_cpu) as spent:
             deadline = time.monotonic() + TIMEOUT_SECONDS
             while int(_marks.get(DONE) or 0) < runs:
                 if time.monotonic() > deadline:

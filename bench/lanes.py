@@ -1,0 +1,118 @@
+"""Processes measured together: started at once, the machine's CPU read around their work.
+
+``run`` starts every command, waits until each says it is ready (``machine_cpu.wait_for_go``:
+imports done, graph compiled, connections open where the system opens them at its start),
+reads the machine's busy CPU and the clock, tells them all to go, and reads each one's result
+(the first line it prints after the start that is a JSON object with ``runs``) as it ends.
+The timed part is from the start signal to the last result read; the machine's CPU over it,
+divided by all their runs, is what a run cost the machine, whoever spent it (workers and
+servers running beside them included).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import tempfile
+import time
+from collections.abc import Sequence
+from typing import IO, Any
+
+from bench.machine_cpu import LANE_ENV, READY, busy_seconds
+
+READY_TIMEOUT_SECONDS = 120
+END_TIMEOUT_SECONDS = 60
+
+
+class Lane:
+    """One measured process; its stderr goes to a file, so that much logging never blocks it."""
+
+    def __init__(self, command: Sequence[str], env: dict[str, str], cwd: str | None) -> None:
+        self.errors: IO[str] = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115 (closed in kill)
+        self.proc = subprocess.Popen(
+            list(command),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self.errors,
+            text=True,
+            env=env,
+            cwd=cwd,
+        )
+
+    def await_ready(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            if line.strip() == READY:
+                return
+        self.fail("ended before it was ready")
+
+    def go(self) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write("go\n")
+        self.proc.stdin.flush()
+
+    def result(self) -> dict[str, Any]:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            if line.startswith("{"):
+                found: dict[str, Any] = json.loads(line)
+                return found
+        self.fail("ended without a result")
+
+    def end(self) -> None:
+        """Wait for the process to end on its own (after its result), or stop it."""
+        try:
+            code = self.proc.wait(END_TIMEOUT_SECONDS)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(10)
+            self.fail("did not end after its result")
+        if code != 0:
+            self.fail(f"exited {code} after its result")
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+        self.errors.close()
+
+    def fail(self, what: str) -> Any:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+        self.errors.seek(0)
+        raise RuntimeError(f"{' '.join(self.proc.args)} {what}:\n{self.errors.read()[-3000:]}")  # type: ignore[arg-type]
+
+
+def run(
+    commands: Sequence[Sequence[str]], *, env: dict[str, str] | None = None, cwd: str | None = None
+) -> dict[str, Any]:
+    """Every command at once; their runs together per second and the machine's CPU per run."""
+    environment = {**(env if env is not None else os.environ), LANE_ENV: "1"}
+    lanes = [Lane(command, environment, cwd) for command in commands]
+    try:
+        deadline = time.monotonic() + READY_TIMEOUT_SECONDS
+        for lane in lanes:
+            lane.await_ready()
+            if time.monotonic() > deadline:
+                lane.fail("took too long to get ready")
+        cpu_before, start = busy_seconds(), time.monotonic()
+        for lane in lanes:
+            lane.go()
+        results = [lane.result() for lane in lanes]
+        seconds, cpu = time.monotonic() - start, busy_seconds() - cpu_before
+        for lane in lanes:
+            lane.end()
+    finally:
+        for lane in lanes:
+            lane.kill()
+    runs = sum(int(r["runs"]) for r in results)
+    return {
+        "runs": runs,
+        "seconds": seconds,
+        "rate": runs / seconds,
+        "cpu_ms_per_run": 1000 * cpu / runs,
+        "cores_busy": cpu / seconds,
+        "lanes": results,
+    }
