@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import pytest
 from pytest import approx
 
 from bench.cpu import (
@@ -17,6 +18,7 @@ from bench.cpu import (
     snapshot,
     spent,
 )
+from bench.machine_cpu import busy_seconds, parse_busy_ticks
 
 # A real line's shape: pid (comm) state ppid pgrp session tty tpgid flags minflt cminflt
 # majflt cmajflt utime stime ...
@@ -97,11 +99,28 @@ def test_this_process_is_found_in_the_real_proc() -> None:
 
 
 def test_a_block_measured_gets_every_role_and_one_not_measured_nothing() -> None:
-    with spent(worker=-1) as measured:
+    with spent(workers=[-1]) as measured:
         sum(range(200_000))
-    with spent(worker=-1, enabled=False) as skipped:
+    with spent(workers=[-1], enabled=False) as skipped:
         pass
 
     assert set(measured) == set(ROLES)
     assert measured["caller"] >= 0
     assert skipped == {}
+
+
+def test_the_machines_busy_ticks_leave_out_idle_and_iowait() -> None:
+    # Given /proc/stat's all-cores line (user nice system idle iowait irq softirq steal guest
+    # guest_nice), When its busy ticks are read, Then idle and iowait are left out, guest time
+    # is not counted twice (it is inside user already).
+    text = "cpu  100 2 30 5000 70 4 5 1 9 0\ncpu0 50 1 15 2500 35 2 2 0 4 0\n"
+    assert parse_busy_ticks(text) == 100 + 2 + 30 + 4 + 5 + 1
+
+
+def test_a_stat_without_the_all_cores_line_is_refused() -> None:
+    with pytest.raises(ValueError, match="all-cores cpu line"):
+        parse_busy_ticks("intr 1 2 3\n")
+
+
+def test_the_machine_has_spent_some_cpu_since_it_started() -> None:
+    assert busy_seconds() > 0
