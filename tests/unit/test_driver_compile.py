@@ -5,10 +5,10 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
-from sqlalchemy import bindparam, literal, select
+from sqlalchemy import bindparam, literal, literal_column, select
 from sqlalchemy.dialects.postgresql import psycopg
 
-from models.driver import DriverStatement, NotForDriver
+from models.driver import DriverStatement, NotForDriver, positional
 from models.runs import RUNS
 
 DIALECT = psycopg.dialect()  # type: ignore[no-untyped-call]
@@ -56,4 +56,18 @@ def test_a_list_given_at_execution_is_left_to_sqlalchemy() -> None:
     statement = select(RUNS.c.id).where(RUNS.c.id.in_(bindparam("ids", expanding=True)))
 
     with pytest.raises(NotForDriver, match="ids"):
+        DriverStatement(statement, DIALECT)
+
+
+def test_the_named_form_becomes_numbered_parameters_once() -> None:
+    # Given psycopg's named form with a name used twice and a literal percent, When made
+    # positional, Then each name gets one number in order of first use and %% becomes %.
+    raw, order = positional("SELECT %(a)s, %(b)s WHERE x LIKE 'a%%' AND y = %(a)s")
+    assert raw == "SELECT $1, $2 WHERE x LIKE 'a%' AND y = $1"
+    assert order == ("a", "b")
+
+
+def test_a_dollar_in_the_text_leaves_the_statement_to_sqlalchemy() -> None:
+    statement = select(RUNS.c.id).where(RUNS.c.flow_name == literal_column("'$1'"))
+    with pytest.raises(NotForDriver, match=r"\$"):
         DriverStatement(statement, DIALECT)
