@@ -2,14 +2,22 @@
 
     .venv/bin/python -m bench.compare --rivals-python /path/to/venv/bin/python
 
-Three workloads, each system in a fresh PostgreSQL database on the same server:
+Each system in a fresh PostgreSQL database on the same server; for every W1 figure, the
+machine's CPU per run as well (``bench.machine_cpu``: all cores, every process, over the timed
+part only, whoever spent it: callers, workers, PostgreSQL, Redis):
 
 - **W1**, the approval path (``bench.w1``): start N runs, each stops on one approval; resume
-  each; a final step makes one effect. interlude: one ``celery worker -c 1`` and a caller
-  process; LangGraph (``durability="sync"`` and ``"exit"``) and DBOS in one process each; and
-  Celery alone doing W1's two tasks per run with no work at all (``bench.w1_floor``), the
-  ceiling of any system that runs each step as a Celery task; and interlude's own work, the
-  same W1 in one process through the test seam with no broker (``bench.w1_in_process``).
+  each; a final step makes one effect. interlude: one worker lane (``--pool``: one ``--pool
+  solo`` process, or ``-c 1`` prefork) and a caller process; LangGraph (``durability="sync"``
+  and ``"exit"``) and DBOS in one process each; and Celery alone doing W1's two tasks per run
+  with no work at all (``bench.w1_floor``), the ceiling of any system that runs each step as a
+  Celery task; and interlude's own work, the same W1 in one process through the test seam
+  with no broker (``bench.w1_in_process``).
+- **machine**: W1 with the whole machine, ``--lanes`` (the cores) of everything: interlude
+  with as many callers (processes) and worker lanes, each rival as as many processes, all
+  started together (``bench.lanes``).
+- **latency**: answers at 40 a second to waiting W1 runs, from each answer to its step moving
+  on the worker (``bench.resume_latency``).
 - **three-step** runs, one after another (``bench.throughput``; a bare Celery chain, not
   durable, as the floor).
 - **W4**, steps waiting on I/O (``bench.w4``): one ``-P threads -c 50`` worker, interlude and
@@ -36,7 +44,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from bench import pg, rivals
+from bench import pg, resume_latency, rivals
 from bench.processes import ROOT, exclusive
 from bench.throughput import bench_bare, bench_interlude
 from bench.w1 import POOLS, describe_costs
@@ -49,7 +57,7 @@ BARE = "bare Celery chain (not durable)"
 FLOOR = "Celery alone: W1's two tasks per run, doing nothing (the broker's floor)"
 W4_FLOOR = "Celery alone: one task of two 200 ms sleeps per run (the broker's floor)"
 IN_PROCESS = "interlude in one process, no broker (the test seam; not how it runs)"
-WORKLOADS = ("w1", "machine", "three", "w4")
+WORKLOADS = ("w1", "machine", "latency", "three", "w4")
 
 
 def _ours(module: str, *args: str) -> dict[str, Any]:
@@ -242,6 +250,7 @@ def main() -> None:
     parser.add_argument("--rivals-python", required=True)
     parser.add_argument("--runs", type=int, default=200, help="runs of W1 and three-step")
     parser.add_argument("--w4-runs", type=int, default=400)
+    parser.add_argument("--latency-runs", type=int, default=800, help="answers at 40/s")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--workloads", default=",".join(WORKLOADS), help=",".join(WORKLOADS))
     parser.add_argument("--no-count", action="store_true", help="skip W1's counting runs")
@@ -322,6 +331,12 @@ def main() -> None:
         )
         rates, cpu = figures(results, "rate"), figures(results, "cpu_ms_per_run")
         out += [rate_table(title, "runs/s", rates, cpu=cpu), ""]
+    if "latency" in workloads:
+        print("resume latency …", file=sys.stderr, flush=True)
+        found = _ours(
+            "bench.resume_latency", "--runs", str(args.latency_runs), "--pool", args.pool
+        )
+        out += [resume_latency.report(found), ""]
     if "three" in workloads:
         print("three-step …", file=sys.stderr, flush=True)
         three = figures(take_turns(three_step_systems(python, runs), args.rounds, "rate"), "rate")

@@ -17,7 +17,7 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Sequence
-from typing import IO, Any
+from typing import IO, Any, NoReturn
 
 from bench.machine_cpu import LANE_ENV, READY, busy_seconds
 
@@ -77,7 +77,7 @@ class Lane:
             self.proc.wait(10)
         self.errors.close()
 
-    def fail(self, what: str) -> Any:
+    def fail(self, what: str) -> NoReturn:
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait(10)
