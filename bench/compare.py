@@ -333,9 +333,7 @@ def main() -> None:
         out += [rate_table(title, "runs/s", rates, cpu=cpu), ""]
     if "latency" in workloads:
         print("resume latency …", file=sys.stderr, flush=True)
-        found = _ours(
-            "bench.resume_latency", "--runs", str(args.latency_runs), "--pool", args.pool
-        )
+        found = _ours("bench.resume_latency", "--runs", str(args.latency_runs), "--pool", args.pool)
         out += [resume_latency.report(found), ""]
     if "three" in workloads:
         print("three-step …", file=sys.stderr, flush=True)

@@ -11,6 +11,7 @@ servers running beside them included).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -72,9 +73,15 @@ class Lane:
             self.fail(f"exited {code} after its result")
 
     def kill(self) -> None:
+        """Stop the process if it still runs, and close its pipes and its stderr's file."""
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait(10)
+        for pipe in (self.proc.stdin, self.proc.stdout):
+            if pipe is not None:
+                # (BrokenPipeError: its reader is gone, nothing left to flush.)
+                with contextlib.suppress(BrokenPipeError):
+                    pipe.close()
         self.errors.close()
 
     def fail(self, what: str) -> NoReturn:

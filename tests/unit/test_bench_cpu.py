@@ -124,3 +124,11 @@ def test_a_stat_without_the_all_cores_line_is_refused() -> None:
 
 def test_the_machine_has_spent_some_cpu_since_it_started() -> None:
     assert busy_seconds() > 0
+
+
+def test_latency_percentiles_take_the_nearest_rank() -> None:
+    from bench.resume_latency import percentiles
+
+    found = percentiles([float(v) for v in range(1, 101)])  # 1 .. 100 ms
+    assert found == {"median": 50.5, "p95": 95.0, "p99": 99.0, "max": 100.0}
+    assert percentiles([7.0]) == {"median": 7.0, "p95": 7.0, "p99": 7.0, "max": 7.0}
