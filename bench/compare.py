@@ -57,6 +57,7 @@ BARE = "bare Celery chain (not durable)"
 FLOOR = "Celery alone: W1's two tasks per run, doing nothing (the broker's floor)"
 W4_FLOOR = "Celery alone: one task of two 200 ms sleeps per run (the broker's floor)"
 IN_PROCESS = "interlude in one process, no broker (the test seam; not how it runs)"
+POOL_NAMES = {"solo": "one --pool solo worker", "prefork": "one -c 1 prefork worker"}
 WORKLOADS = ("w1", "machine", "latency", "three", "w4")
 
 
@@ -94,8 +95,12 @@ def w1_systems(
             ),
             DBOS: lambda: rivals.run(python, "rival_dbos_w1.py", runs, setup=True, count=True),
         }
+    other = "prefork" if pool == "solo" else "solo"
     return {
         INTERLUDE: lambda: _ours("bench.w1", "--runs", str(runs), "--pool", pool),
+        f"interlude, {POOL_NAMES[other]}": lambda: _ours(
+            "bench.w1", "--runs", str(runs), "--pool", other
+        ),
         **_rivals_w1(python, runs, 1),
         FLOOR: lambda: _ours("bench.w1_floor", "--runs", str(runs)),
         IN_PROCESS: lambda: _ours("bench.w1_in_process", "--runs", str(runs)),
