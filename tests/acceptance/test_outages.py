@@ -247,7 +247,7 @@ def test_postgresql_restarted_mid_way_through_100_runs(
             engine.dispose()
     finally:
         for worker in workers:
-            worker.stop()
+            worker.kill()
         server.remove()
 
 
@@ -295,7 +295,7 @@ def test_steps_caught_by_a_postgresql_restart_are_given_back_at_once_not_after_t
             engine.dispose()
     finally:
         if worker is not None:
-            worker.stop()
+            worker.kill()
         server.remove()
         broker.stop()
 
