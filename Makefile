@@ -27,9 +27,15 @@ docs: $(BIN)/.installed
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
 
 # The suite in parallel processes: most acceptance tests wait on real workers, not the CPU.
+# Bytecode is written (and read) even where the environment says not to write it
+# (PYTHONDONTWRITEBYTECODE): the suite starts hundreds of Python processes (workers, beat,
+# CLI commands, the test processes with their rewritten test modules), and each would
+# otherwise compile the project's sources again.
+# PYTEST_ARGS: more of pytest's options (make test PYTEST_ARGS=--record-durations).
 TEST_PROCESSES ?= 4
+PYTEST_ARGS ?=
 test: lint
-	$(BIN)/python -m pytest -n $(TEST_PROCESSES) --dist loadgroup
+	env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -m pytest -n $(TEST_PROCESSES) --dist loadgroup $(PYTEST_ARGS)
 
 # interlude against LangGraph and DBOS (W1, three-step, W4); needs PostgreSQL and Redis local
 # and RIVALS_PYTHON, a Python with langgraph langgraph-checkpoint-postgres dbos installed.

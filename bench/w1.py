@@ -167,7 +167,7 @@ def ready_caller() -> None:
     resume would otherwise import them, about 0.15 s). The rivals' scripts import their
     libraries and build their graphs before their clocks start too: runs/s is not a start-up
     time. Nothing is connected or sent here."""
-    import worker.gateway.checks  # noqa: F401
+    import worker.gateway.submit  # noqa: F401
     from worker.app import app  # noqa: F401
     from worker.flows.flow import load_flow_modules
 

@@ -39,7 +39,8 @@ NotCanonicalError = rfc8785.CanonicalizationError
 
 # The request form names a value's type by its module, and interlude's own modules moved when
 # worker/ was laid out in subpackages (issue 39): a type is named by the module it had then,
-# so that the request hash of an intent recorded before still compares equal.
+# so that the request hash of an intent recorded before still compares equal. The modules split
+# out of worker.gateway.checks later name theirs as it did.
 FORMER_MODULES = {
     "worker.cli.actor_commands": "worker.cli.actors",
     "worker.cli.bulk_commands": "worker.cli.bulk",
@@ -80,13 +81,17 @@ FORMER_MODULES = {
     "worker.flows.schemas": "worker.schemas",
     "worker.flows.toolcalls": "worker.toolcalls",
     "worker.flows.versions": "worker.versions",
+    "worker.gateway.acceptance": "worker.gateway",
     "worker.gateway.actors": "worker.actors",
     "worker.gateway.answer_links": "worker.links",
+    "worker.gateway.attempt_records": "worker.gateway",
     "worker.gateway.authority": "worker.authority",
     "worker.gateway.bulk_review": "worker.bulk",
     "worker.gateway.checks": "worker.gateway",
     "worker.gateway.events": "worker.events",
+    "worker.gateway.parsing": "worker.gateway",
     "worker.gateway.review_checks": "worker.review_checks",
+    "worker.gateway.submit": "worker.gateway",
     "worker.ops.beat_scheduler": "worker.beat",
     "worker.ops.contacts": "worker.contacts",
     "worker.ops.flower_guard": "worker.flower_guard",

@@ -190,8 +190,11 @@ class LogSource(Protocol):
 started_processes: list[LogSource] = []
 
 
-def wait_for(predicate: Callable[[], Any], timeout: float = 30.0, interval: float = 0.05) -> Any:
-    """Poll until ``predicate`` returns something truthy; fail with what it last returned."""
+def wait_for(predicate: Callable[[], Any], timeout: float = 30.0, interval: float = 0.1) -> Any:
+    """Poll until ``predicate`` returns something truthy; fail with what it last returned.
+
+    Most predicates read the database: polling faster only takes CPU from the processes
+    under test (the suite runs on two cores)."""
     deadline = time.monotonic() + timeout
     value = None
     while time.monotonic() < deadline:

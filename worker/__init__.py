@@ -41,8 +41,8 @@ if TYPE_CHECKING:
         set_actor_kind,
         set_actor_roles,
     )
-    from worker.gateway.checks import submit_resume
     from worker.gateway.events import send_event
+    from worker.gateway.submit import submit_resume
     from worker.interrupts import (
         count_resume_attempts,
         get_interrupt,
@@ -74,7 +74,7 @@ _EXPORTS = {
     "UNKNOWN": "worker.engine.effects",
     "Flow": "worker.flows.flow",
     "RevalidationContext": "worker.flows.flow",
-    "submit_resume": "worker.gateway.checks",
+    "submit_resume": "worker.gateway.submit",
     "send_event": "worker.gateway.events",
     "fork_run": "worker.forks",
     "list_steps": "worker.ops.step_history",

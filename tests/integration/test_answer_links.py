@@ -31,7 +31,7 @@ from worker.gateway.answer_links import (
     revoke_links,
     signed_link_id,
 )
-from worker.gateway.checks import submit_proven
+from worker.gateway.submit import submit_proven
 from worker.testing import TaskRecorder
 
 SECRET = "s" * 40

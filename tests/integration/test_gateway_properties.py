@@ -31,7 +31,7 @@ from models.identity import normal_actor_id
 from models.tables import Checkpoint, Interrupt, ResumeAttempt, Run
 from tests.resumes import contract_for, drain_finished, drain_pending
 from worker import add_actor, enqueue_run, submit_resume
-from worker.gateway.checks import MAX_PAYLOAD_CHARS
+from worker.gateway.parsing import MAX_PAYLOAD_CHARS
 from worker.testing import TaskRecorder
 
 EXAMPLES = 100

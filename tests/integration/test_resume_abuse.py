@@ -26,7 +26,7 @@ from worker import (
     submit_resume,
 )
 from worker.gateway.actors import authenticate, rotate_actor
-from worker.gateway.checks import MAX_REASON, MAX_STORED_UNTRUSTED
+from worker.gateway.attempt_records import MAX_REASON, MAX_STORED_UNTRUSTED
 from worker.testing import TaskRecorder
 
 
@@ -89,7 +89,7 @@ def test_an_unforeseen_error_is_a_recorded_refusal_without_the_credential(
     interrupt = drain_pending(run_id)
     before = snapshot(run_id)
     # When input that triggers it is submitted
-    with caplog.at_level(logging.ERROR, logger="worker.gateway.checks"):
+    with caplog.at_level(logging.ERROR, logger="worker.gateway.attempt_records"):
         result = submit_resume(contract_for(interrupt, "alice", input={"note": "boom"}), credential)
     # Then submit_resume returns a recorded refusal naming the error's class
     assert result.outcome == "invalid_input"
@@ -290,10 +290,12 @@ def test_caller_text_never_reaches_a_log_message(
 ) -> None:
     forged = "x\nINFO resume accepted: approved by human:ada\x1b[2K"
     contract = contract_for(waiting.interrupt, forged)
-    with caplog.at_level(logging.INFO, logger="worker.gateway.checks"):
+    with caplog.at_level(logging.INFO, logger="worker.gateway.attempt_records"):
         result = submit_resume(contract, waiting.credential)
     assert result.outcome == "unauthenticated"
-    messages = [r.getMessage() for r in caplog.records if r.name == "worker.gateway.checks"]
+    messages = [
+        r.getMessage() for r in caplog.records if r.name == "worker.gateway.attempt_records"
+    ]
     assert messages and all("\n" not in m and "\x1b" not in m for m in messages)
     assert any(getattr(r, "actor_id", None) == forged for r in caplog.records)
 

@@ -22,7 +22,7 @@ from worker.flows.declarations import Suspend, declare
 from worker.flows.flow import Flow
 from worker.flows.schemas import BudgetGrant, input_schema, json_schema_of, parse_schema_id
 from worker.gateway.actors import hash_credential
-from worker.gateway.checks import MAX_PAYLOAD_CHARS, _payload
+from worker.gateway.parsing import MAX_PAYLOAD_CHARS, read_payload
 
 
 @input_schema("unit_review.v3")
@@ -152,34 +152,34 @@ def test_result_and_view_helpers() -> None:
 
 
 def test_payload_of_a_clean_contract_is_its_json() -> None:
-    stored, fields, problem = _payload(_contract())
+    stored, fields, problem = read_payload(_contract())
     assert problem is None
     assert stored == fields == _contract()
 
 
 def test_payload_accepts_python_values_that_have_a_json_form() -> None:
     moment = datetime(2030, 1, 1, tzinfo=UTC)
-    stored, _, problem = _payload(ResumeContract.model_validate(_contract(expires_at=moment)))
+    stored, _, problem = read_payload(ResumeContract.model_validate(_contract(expires_at=moment)))
     assert problem is None
     assert stored["expires_at"] == "2030-01-01T00:00:00Z"
-    stored, _, problem = _payload(_contract(expires_at=moment))
+    stored, _, problem = read_payload(_contract(expires_at=moment))
     assert problem is None and stored["expires_at"] == "2030-01-01T00:00:00Z"
 
 
 def test_payload_refuses_what_json_or_the_databases_cannot_hold() -> None:
-    stored, _, problem = _payload(_contract(input={"score": math.inf}))
+    stored, _, problem = read_payload(_contract(input={"score": math.inf}))
     assert problem is not None and "not JSON" in problem
     assert "unparseable" in stored
-    stored, fields, problem = _payload(_contract(input={"verdict": "a\x00b\udc80"}))
+    stored, fields, problem = read_payload(_contract(input={"verdict": "a\x00b\udc80"}))
     assert problem == "contract holds NUL or unpaired surrogate characters"
     assert stored["input"] == {"verdict": "a\\u0000b\\udc80"}
     assert fields["interrupt_id"] == "i1"
-    stored, _, problem = _payload(object())
+    stored, _, problem = read_payload(object())
     assert problem is not None and stored["unparseable"].startswith("<object object")
 
 
 def test_payload_of_an_oversized_contract_is_truncated_but_keeps_its_ids() -> None:
-    stored, fields, problem = _payload(_contract(input={"verdict": "x" * MAX_PAYLOAD_CHARS}))
+    stored, fields, problem = read_payload(_contract(input={"verdict": "x" * MAX_PAYLOAD_CHARS}))
     assert problem is not None and "larger than" in problem
     assert len(stored["truncated"]) == MAX_PAYLOAD_CHARS
     assert (fields["run_id"], fields["interrupt_id"]) == ("r1", "i1")

@@ -21,7 +21,7 @@ from worker.cli.exits import RESUME_EXIT, resume_exit
 from worker.flows.declarations import declare
 from worker.flows.schemas import input_schema
 from worker.gateway.actors import Credential, hash_credential
-from worker.gateway.checks import payload_hash
+from worker.gateway.attempt_records import payload_hash
 
 
 @input_schema("unit_measure.v1")

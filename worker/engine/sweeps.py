@@ -38,7 +38,7 @@ from models.tables import Interrupt, Run
 from worker import arguments
 from worker.engine import dispatch
 from worker.flows.flow import get_flow, load_flow_modules
-from worker.gateway.checks import SystemDeferred, resume_as_system
+from worker.gateway.submit import SystemDeferred, resume_as_system
 from worker.interrupts import notify
 
 log = logging.getLogger(__name__)

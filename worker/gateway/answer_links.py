@@ -38,8 +38,10 @@ from models.errors import InterruptNotFoundError, LinkError
 from models.identity import normal_actor_id
 from models.settings import get_settings
 from models.tables import Actor, AnswerLink, ResumeAttempt
+from worker.gateway import attempt_records as attempts
 from worker.gateway.actors import Credential
-from worker.gateway.checks import Refusal, _Attempt, _record, submit_proven
+from worker.gateway.checks import Refusal
+from worker.gateway.submit import submit_proven
 from worker.interrupts import view
 
 TOKEN_PREFIX = "ila_"
@@ -184,7 +186,8 @@ def issue_links(
 
 
 class LinkProof:
-    """Check 2 for a submission made with an answer link (see ``gateway.Proof``)."""
+    """Check 2 for a submission made with an answer link (see
+    ``worker.gateway.attempt_records.Proof``)."""
 
     single_use = True
 
@@ -355,8 +358,8 @@ def _unknown_link(token: object, decision: str) -> ResumeResult:
     """Recorded as the gateway records a bad credential, the token redacted."""
     shown = redact_tokens(token) if isinstance(token, str) else "<not text>"
     payload = {"link": shown[:200], "decision": str(decision)[:40]}
-    attempt = _Attempt(payload, Credential(token))
-    return _record(
+    attempt = attempts.Attempt(payload, Credential(token))
+    return attempts.record(
         attempt,
         ResumeOutcome.UNAUTHENTICATED,
         "not an answer link of this server (unsigned, altered, or its interrupt is gone)",

@@ -18,7 +18,7 @@ from typing import Any
 from models.contracts import InterruptView, ResumeResult, contract_payload
 from models.enums import Decision, InterruptStatus
 from models.errors import InvalidInputError
-from worker.gateway.checks import submit_resume
+from worker.gateway.submit import submit_resume
 from worker.interrupts import get_interrupt
 
 # One review at a time: enough for a morning's queue, few enough to read every evidence.

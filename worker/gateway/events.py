@@ -37,19 +37,11 @@ from worker.engine import dispatch
 from worker.flows.eventdefs import MAILBOX_LIMIT
 from worker.flows.flow import continuation
 from worker.flows.schemas import describe_errors
+from worker.gateway import attempt_records as attempts
 from worker.gateway.actors import Credential, verified
-from worker.gateway.checks import (
-    MAX_ID,
-    Refusal,
-    _Attempt,
-    _insert,
-    _last_resort,
-    _payload,
-    _record,
-    _repeat,
-    payload_hash,
-    resume_as_system,
-)
+from worker.gateway.checks import Refusal
+from worker.gateway.parsing import MAX_ID, read_payload
+from worker.gateway.submit import resume_as_system
 
 log = logging.getLogger(__name__)
 EVENT_SCHEMA_VERSION = "event.v1"
@@ -79,7 +71,7 @@ def send_event(
         "actor": {"type": actor_type, "id": actor},
         "idempotency_key": idempotency_key,
     }
-    attempt = _Attempt(
+    attempt = attempts.Attempt(
         envelope,
         Credential(credential),
         # Filed under at most MAX_ID characters of each, as a resume is: a longer key is
@@ -94,17 +86,17 @@ def send_event(
             # Text no database stores (a NUL: the lookup of the sender's key failed, and so
             # did recording that failure) is refused as the gateway refuses it in a contract,
             # the envelope and the ids it is filed under kept with that text escaped.
-            attempt.payload, fields, _ = _payload(envelope)
+            attempt.payload, fields, _ = read_payload(envelope)
             attempt.run_id = _text(fields.get("run_id"))
             attempt.key = _text(fields.get("idempotency_key"))
             reason = f"event holds NUL or unpaired surrogate characters{where}"
-            return _record(attempt, ResumeOutcome.MALFORMED, reason, claim=False)
+            return attempts.record(attempt, ResumeOutcome.MALFORMED, reason, claim=False)
         attempt.payload = envelope
-        attempt.payload_hash = payload_hash(envelope)
+        attempt.payload_hash = attempts.payload_hash(envelope)
         attempt.parsed = True
         result, released, kept_for = _send(envelope, attempt)
     except Exception as exc:
-        return _last_resort(attempt, exc)
+        return attempts.last_resort(attempt, exc)
     if released is not None:
         dispatch.publish_step(
             released.id, flow=released.flow_name, step=released.next_step, resume=True
@@ -120,7 +112,7 @@ def _text(value: object) -> str | None:
 
 
 def _send(
-    envelope: dict[str, Any], attempt: _Attempt
+    envelope: dict[str, Any], attempt: attempts.Attempt
 ) -> tuple[ResumeResult, Run | None, str | None]:
     """The send's decision: its result, the run it released, the run it kept an event for."""
     run_id, name, payload = envelope["run_id"], envelope["event"], envelope["payload"]
@@ -140,7 +132,7 @@ def _send(
     ]
     if problems:
         reason = f"event is malformed: {', '.join(problems)} missing or invalid"
-        return _record(attempt, ResumeOutcome.MALFORMED, reason, claim=False), None, None
+        return attempts.record(attempt, ResumeOutcome.MALFORMED, reason, claim=False), None, None
     with transaction() as session:
         row, original = interrupt_store.actor_and_original(
             session, normal_actor_id(sender), attempt.key or ""
@@ -148,19 +140,21 @@ def _send(
         actor = verified(row, attempt.credential)
         if actor is None or actor.kind != sender_type:
             reason = "unknown actor, revoked actor, bad credential or wrong actor type"
-            result = _insert(session, attempt, ResumeOutcome.UNAUTHENTICATED, reason, claim=False)
+            result = attempts.record_in(
+                session, attempt, ResumeOutcome.UNAUTHENTICATED, reason, claim=False
+            )
             return result, None, None
         attempt.actor_id = actor.id
         if original is not None:
-            return _repeat(session, attempt, original), None, None
+            return attempts.repeat(session, attempt, original), None, None
         try:
             return _decide(session, attempt, actor.id, actor.kind, set(actor.roles or []))
         except Refusal as refusal:
-            return _insert(session, attempt, refusal.outcome, refusal.reason), None, None
+            return attempts.record_in(session, attempt, refusal.outcome, refusal.reason), None, None
 
 
 def _decide(
-    session: Session, attempt: _Attempt, sender: str, kind: str, roles: set[str]
+    session: Session, attempt: attempts.Attempt, sender: str, kind: str, roles: set[str]
 ) -> tuple[ResumeResult, Run | None, str | None]:
     envelope = attempt.payload
     run_id, name = envelope["run_id"], envelope["event"]
@@ -223,14 +217,14 @@ def _decide(
         if done.result.accepted:
             mailbox.consume(session, kept.id, asked.id)
             _record_delivery(session, run.id, asked, sender, kept.arrived_at)
-            result = _insert(
+            result = attempts.record_in(
                 session,
                 attempt,
                 ResumeOutcome.ACCEPTED,
                 f"event {name!r} answered interrupt {asked.id}",
             )
             return result, (run if done.released else None), None
-    result = _insert(
+    result = attempts.record_in(
         session,
         attempt,
         ResumeOutcome.KEPT,

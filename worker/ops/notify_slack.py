@@ -34,8 +34,9 @@ from models.db import transaction
 from models.enums import ContactChannel, Decision, ResumeOutcome
 from models.settings import get_settings
 from models.tables import Actor
+from worker.gateway import attempt_records as attempts
 from worker.gateway.actors import Credential
-from worker.gateway.checks import _Attempt, _record, submit_proven
+from worker.gateway.submit import submit_proven
 from worker.interrupts import get_interrupt
 
 log = logging.getLogger(__name__)
@@ -179,7 +180,7 @@ def slack_answer_buttons(interrupt: InterruptView) -> None:
 
 class SlackProof:
     """Check 2 for a Slack click: the user is still kept for the contract's actor, and that
-    actor is active (see ``gateway.Proof``)."""
+    actor is active (see ``worker.gateway.attempt_records.Proof``)."""
 
     single_use = False
 
@@ -309,8 +310,8 @@ def _action_of(body: bytes) -> tuple[str, Decision, dict[str, Any], str | None, 
 
 def _refuse(payload: dict[str, Any], reason: str, *, proof: Any = None) -> ResumeResult:
     """Record a callback that never became a contract, as unauthenticated."""
-    attempt = _Attempt(payload, Credential(None), proof=proof or _Unverified())
-    return _record(attempt, ResumeOutcome.UNAUTHENTICATED, reason, claim=False)
+    attempt = attempts.Attempt(payload, Credential(None), proof=proof or _Unverified())
+    return attempts.record(attempt, ResumeOutcome.UNAUTHENTICATED, reason, claim=False)
 
 
 def _ephemeral(result: ResumeResult) -> dict[str, Any]:

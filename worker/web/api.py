@@ -27,8 +27,8 @@ from models.enums import InterruptKind, ResumeOutcome
 from models.errors import InvalidInputError
 from models.inbox_queries import CURSOR_PATTERN, MAX_PAGE, answerable_interrupts
 from models.settings import LONGEST_SECONDS
-from worker.gateway.checks import submit_resume
 from worker.gateway.events import send_event
+from worker.gateway.submit import submit_resume
 from worker.interrupts import (
     attempts_in_view,
     count_resume_attempts,

@@ -28,7 +28,7 @@ from models.identity import actor_id_problem
 from models.inbox_queries import answerable_interrupts
 from worker.flows.schemas import json_schema_of, lookup
 from worker.gateway.actors import redact_shaped
-from worker.gateway.checks import submit_resume
+from worker.gateway.submit import submit_resume
 from worker.interrupts import get_interrupt
 from worker.runs import get_run
 from worker.web.auth import authenticated, client_of
