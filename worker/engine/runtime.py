@@ -64,7 +64,7 @@ from worker.flows.migration import carry, deferred_revalidation, migrated_state
 from worker.flows.migration import plan as migration_plan
 from worker.flows.schemas import OperatorRelease
 from worker.gateway.events import deliver_kept
-from worker.interrupts import notify
+from worker.interrupts import notify, owed_writes
 from worker.ops import runlog, step_metrics, tracing
 from worker.ops.step_metrics import StepOutcome
 
@@ -590,6 +590,8 @@ def _commit_suspend(
         interrupts.append(interrupt)
         facts.append(interrupt_store.interrupt_event(interrupt.id, decl))
         writes.append(insert_interrupt)
+        # The notifications owed, in the same statement (none without notifiers).
+        writes.extend(owed_writes(claimed.flow, interrupt))
         renewal = ctx.renewals.get(decl.supersedes or "")
         if renewal is not None and decl.supersedes is not None:
             # The answer does not bind to what the step asks now: it stays as history, and

@@ -1,0 +1,183 @@
+"""The notification outbox: what each notifier is owed is written with the interrupt, the notify
+task marks it done, and the reaper publishes again an owed one whose task was refused or lost,
+once, as its next attempt; never for a closed interrupt; after the last attempt, one warning
+line and a ``notify_failed`` event. Tasks run here through the dispatch seam.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from datetime import datetime, timedelta
+from typing import Any
+
+import pytest
+
+from models import notifications as notification_store
+from models.db import transaction, utcnow
+from models.settings import get_settings, notify_due_in, reset_settings
+from tests.flows.notifiers import calls
+from tests.resumes import contract_for, pending
+from worker import add_actor, enqueue_run, get_run, submit_resume
+from worker.engine.dispatch import set_notice_publisher
+from worker.engine.reaper import reap
+from worker.engine.runtime import execute
+from worker.runs import list_events
+from worker.testing import Published, TaskRecorder
+
+NOTIFIERS = ["tell_chat", "tell_mail"]
+
+
+@pytest.fixture()
+def settings_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[pytest.MonkeyPatch]:
+    yield monkeypatch
+    monkeypatch.undo()
+    reset_settings()
+
+
+def _waiting(tasks: TaskRecorder) -> tuple[str, str]:
+    """A ``noticed`` run whose step executed, its notify tasks published (not run): (run,
+    interrupt)."""
+    run_id = enqueue_run("noticed", {"ticket": "T-1"})
+    assert [t.name for t in tasks.clear()] == ["interlude.run_step"]
+    execute(run_id)
+    interrupt = pending(run_id)
+    assert interrupt is not None, get_run(run_id).state
+    return run_id, interrupt.id
+
+
+def _owed(run_id: str) -> list[tuple[str, str, int]]:
+    with transaction(readonly=True) as session:
+        rows = notification_store.of_run(session, run_id)
+        return [(row.notifier, row.status, row.attempt) for row in rows]
+
+
+def _notices(tasks: list[Published]) -> list[tuple[str, int]]:
+    return [(t.notice.notifier, t.notice.attempt) for t in tasks if t.notice is not None]
+
+
+def _overdue() -> datetime:
+    """A moment at which a notify task published now is overdue."""
+    return utcnow() + timedelta(seconds=notify_due_in(get_settings()) + 1)
+
+
+def _warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+
+
+def test_what_is_owed_is_written_with_the_interrupt_and_marked_done_by_the_task(
+    db: str, tasks: TaskRecorder
+) -> None:
+    # Given a run of a flow with two notifiers, When its step stops on an interrupt
+    run_id, _ = _waiting(tasks)
+    # Then each notifier is owed news of it, its first attempt published
+    assert _owed(run_id) == [(name, "owed", 1) for name in NOTIFIERS]
+    # When the tasks run, Then each is marked notified
+    assert tasks.drain() == 2
+    assert _owed(run_id) == [(name, "notified", 1) for name in NOTIFIERS]
+    # And a run of a flow without notifiers owes nothing (its step writes no row)
+    other = enqueue_run("approval", {})
+    tasks.drain()
+    assert get_run(other).state == "waiting"
+    assert _owed(other) == []
+
+
+def test_a_refused_notify_publish_is_delivered_once_by_the_reaper(
+    db: str, tasks: TaskRecorder
+) -> None:
+    # Given a broker that refuses notify tasks when a run stops on an interrupt
+    def broker_down(*_: Any, **__: Any) -> None:
+        raise ConnectionError("broker down")
+
+    previous = set_notice_publisher(broker_down)
+    try:
+        run_id = enqueue_run("noticed", {})
+        tasks.drain()
+    finally:
+        set_notice_publisher(previous)
+    interrupt = pending(run_id)
+    assert interrupt is not None
+    assert calls("chat", run_id) == calls("mail", run_id) == []
+    # When the broker is back and the reaper passes (the refusal made them due at once)
+    reap()
+    # Then each notification is published again, as its first attempt, and delivered once
+    assert _notices(tasks.pending) == [(name, 1) for name in NOTIFIERS]
+    assert tasks.drain() == 2
+    assert [c["id"] for c in calls("chat", run_id)] == [interrupt.id]
+    assert [c["id"] for c in calls("mail", run_id)] == [interrupt.id]
+    # And later passes publish nothing more
+    reap(now=_overdue())
+    reap(now=_overdue() + timedelta(hours=1))
+    assert tasks.pending == []
+    assert _owed(run_id) == [(name, "notified", 1) for name in NOTIFIERS]
+
+
+def test_a_lost_notify_task_is_published_again_once_overdue_and_delivered_once(
+    db: str, tasks: TaskRecorder
+) -> None:
+    # Given a run whose notify tasks were lost (a killed worker held them, a broker lost them)
+    run_id, interrupt_id = _waiting(tasks)
+    assert _notices(tasks.clear()) == [(name, 1) for name in NOTIFIERS]
+    # When the reaper passes before they are overdue, Then it leaves them be
+    reap()
+    assert tasks.pending == []
+    # When it passes once they are overdue
+    reap(now=_overdue())
+    # Then each is published again, as its second attempt, and delivered once
+    assert _notices(tasks.pending) == [(name, 2) for name in NOTIFIERS]
+    assert tasks.drain() == 2
+    assert [c["id"] for c in calls("chat", run_id)] == [interrupt_id]
+    assert [c["id"] for c in calls("mail", run_id)] == [interrupt_id]
+    assert _owed(run_id) == [(name, "notified", 2) for name in NOTIFIERS]
+    # And nothing more is published later
+    reap(now=_overdue() + timedelta(hours=1))
+    assert tasks.pending == []
+
+
+def test_an_interrupt_closed_meanwhile_is_not_notified_by_the_reaper(
+    db: str, tasks: TaskRecorder
+) -> None:
+    # Given a run whose notify tasks were lost, and whose interrupt was answered since
+    approver = add_actor("ann", ["approver"])
+    run_id, _ = _waiting(tasks)
+    tasks.clear()
+    interrupt = pending(run_id)
+    assert interrupt is not None
+    assert submit_resume(contract_for(interrupt, "ann"), approver).accepted
+    tasks.drain()
+    assert get_run(run_id).state == "succeeded"
+    # When the reaper finds them overdue
+    reap(now=_overdue())
+    # Then nobody is asked to answer it: nothing published, each marked skipped
+    assert tasks.pending == []
+    assert calls("chat", run_id) == calls("mail", run_id) == []
+    assert _owed(run_id) == [(name, "skipped", 1) for name in NOTIFIERS]
+
+
+def test_the_reaper_gives_up_after_the_last_attempt_with_one_line_and_an_event(
+    db: str,
+    tasks: TaskRecorder,
+    settings_env: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # Given one retry, and a run whose notify tasks are lost each time
+    settings_env.setenv("INTERLUDE_NOTIFY_RETRIES", "1")
+    reset_settings()
+    run_id, interrupt_id = _waiting(tasks)
+    tasks.clear()
+    reap(now=_overdue())
+    assert _notices(tasks.clear()) == [(name, 2) for name in NOTIFIERS]
+    # When the second attempts are overdue too
+    reap(now=_overdue() + timedelta(hours=1))
+    # Then nothing is published: each is failed, one warning line each, an event each
+    assert tasks.pending == []
+    assert _owed(run_id) == [(name, "failed", 2) for name in NOTIFIERS]
+    gave_up = [w for w in _warnings(caplog) if "not told" in w]
+    assert gave_up == [
+        f"interrupt notifier {name} not told of interrupt {interrupt_id} after 2 attempts: "
+        "its task was lost (no worker ended it in time)"
+        for name in NOTIFIERS
+    ]
+    failed = [e for e in list_events(run_id) if e.trigger == "notify_failed"]
+    assert sorted(e.detail["notifier"] for e in failed) == NOTIFIERS
+    assert get_run(run_id).state == "waiting"
