@@ -7,7 +7,7 @@ from typing import TypeVar
 
 from models import interrupts as interrupt_store
 from models import notifications as notification_store
-from models.contracts import InterruptView, ResumeAttemptView
+from models.contracts import InterruptView, NotificationView, ResumeAttemptView
 from models.db import transaction, utcnow
 from models.enums import InterruptKind, InterruptStatus, ResumeOutcome
 from models.errors import InterruptNotFoundError, InvalidInputError
@@ -75,6 +75,19 @@ def notify(flow: Flow, interrupt: Interrupt) -> None:
                 notification_store.owe_again(
                     session, interrupt.id, name, attempt=0, due_at=now, error=None
                 )
+
+
+def list_notifications(run_id: str, interrupt_id: str | None = None) -> list[NotificationView]:
+    """The run's notifications (of one interrupt, if given), oldest first: which notifier is
+    still owed news, and which failed, with its last error."""
+    run_id = arguments.text("run_id", run_id)
+    with transaction(readonly=True) as session:
+        rows = notification_store.of_run(session, run_id)
+        return [
+            NotificationView.model_validate(row, from_attributes=True)
+            for row in rows
+            if interrupt_id is None or row.interrupt_id == interrupt_id
+        ]
 
 
 def list_interrupts(

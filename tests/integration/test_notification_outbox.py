@@ -6,6 +6,7 @@ line and a ``notify_failed`` event. Tasks run here through the dispatch seam.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Iterator
 from datetime import datetime, timedelta
@@ -15,10 +16,12 @@ import pytest
 
 from models import notifications as notification_store
 from models.db import transaction, utcnow
+from models.enums import NotificationStatus
 from models.settings import get_settings, notify_due_in, reset_settings
 from tests.flows.notifiers import calls
 from tests.resumes import contract_for, pending
 from worker import add_actor, enqueue_run, get_run, submit_resume
+from worker.cli import main
 from worker.engine.dispatch import set_notice_publisher
 from worker.engine.reaper import reap
 from worker.engine.runtime import execute
@@ -181,3 +184,35 @@ def test_the_reaper_gives_up_after_the_last_attempt_with_one_line_and_an_event(
     failed = [e for e in list_events(run_id) if e.trigger == "notify_failed"]
     assert sorted(e.detail["notifier"] for e in failed) == NOTIFIERS
     assert get_run(run_id).state == "waiting"
+
+
+def test_interrupts_show_says_which_notifier_is_owed_and_which_failed(
+    db: str, tasks: TaskRecorder, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Given a run whose chat notification failed for good and whose mail notification is owed
+    _, interrupt_id = _waiting(tasks)
+    tasks.clear()
+    with transaction() as session:
+        notification_store.finish(
+            session,
+            interrupt_id,
+            "tell_chat",
+            NotificationStatus.FAILED,
+            at=utcnow(),
+            error="ConnectionError: chat said 503",
+        )
+    # When an operator shows the interrupt, Then each notifier's standing is there
+    capsys.readouterr()
+    assert main(["interrupts", "show", interrupt_id]) == 0
+    out = capsys.readouterr().out
+    assert (
+        "tell_chat failed (attempt 1, ConnectionError: chat said 503); tell_mail owed (attempt 1)"
+        in out
+    )
+    # And as JSON
+    assert main(["interrupts", "show", interrupt_id, "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)["notifications"]
+    assert [(n["notifier"], n["status"]) for n in shown] == [
+        ("tell_chat", "failed"),
+        ("tell_mail", "owed"),
+    ]
