@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import Iterator
 from datetime import datetime, timedelta
 from typing import Any
@@ -25,6 +26,7 @@ from worker.cli import main
 from worker.engine.dispatch import set_notice_publisher
 from worker.engine.reaper import reap
 from worker.engine.runtime import execute
+from worker.engine.sweeps import sweep_expired
 from worker.runs import list_events
 from worker.testing import Published, TaskRecorder
 
@@ -216,3 +218,28 @@ def test_interrupts_show_says_which_notifier_is_owed_and_which_failed(
         ("tell_chat", "failed"),
         ("tell_mail", "owed"),
     ]
+
+
+def test_an_escalated_interrupt_is_owed_to_the_same_notifiers_in_the_sweep_s_transaction(
+    db: str, tasks: TaskRecorder
+) -> None:
+    # Given a run of a flow with a notifier, told of its interrupt, whose deadline passes
+    run_id = enqueue_run(
+        "expiring", {"policy": "escalate", "expires_in": 0.2, "escalation_expires_in": 3600}
+    )
+    tasks.drain()
+    old = pending(run_id)
+    assert old is not None
+    assert [status for _, status, _ in _owed(run_id)] == ["notified"]
+    time.sleep(0.3)
+    # When the sweep escalates it, and the notify task of the new interrupt is lost
+    assert sweep_expired() == 1
+    new = pending(run_id)
+    assert new is not None and new.supersedes == old.id
+    assert [t.notice.interrupt_id for t in tasks.clear() if t.notice is not None] == [new.id]
+    with transaction(readonly=True) as session:
+        rows = {row.interrupt_id: row.status for row in notification_store.of_run(session, run_id)}
+    assert rows == {old.id: "notified", new.id: "owed"}
+    # Then the reaper publishes it again once overdue
+    reap(now=_overdue())
+    assert [t.notice.interrupt_id for t in tasks.pending if t.notice is not None] == [new.id]
