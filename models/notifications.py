@@ -81,6 +81,14 @@ def NOTIFICATION_INSERT(d: Dialect, prefix: str, guard: FromClause | None) -> Up
     return insert_row(insert(NOTIFICATIONS), NOTIFICATIONS, COLUMNS, prefix, guard)
 
 
+def owe(session: Session, writes: list[Write]) -> None:
+    """Write owed notifications (``owed_write``) on their own, in ``session``'s transaction:
+    for an interrupt not committed by a statement they can ride along (a renewed review on a
+    newer flow version, asked in the claim's transaction)."""
+    for write in writes:
+        dialect(session).execute(session, write)
+
+
 def owe_successor(
     session: Session, old_id: str, new_id: str, *, now: datetime, due_at: datetime
 ) -> None:

@@ -16,17 +16,21 @@ from typing import Any
 import pytest
 
 from models import notifications as notification_store
+from models.contracts import InterruptView
 from models.db import transaction, utcnow
 from models.enums import NotificationStatus
 from models.settings import get_settings, notify_due_in, reset_settings
+from tests.flows import agents
 from tests.flows.notifiers import calls
-from tests.resumes import contract_for, pending
-from worker import add_actor, enqueue_run, get_run, submit_resume
+from tests.resumes import contract_for, drain_pending, pending
+from worker import StepContext, add_actor, enqueue_run, get_run, submit_resume
 from worker.cli import main
 from worker.engine.dispatch import set_notice_publisher
 from worker.engine.reaper import reap
 from worker.engine.runtime import execute
 from worker.engine.sweeps import sweep_expired
+from worker.flows import flow as registry
+from worker.flows.flow import Notifier
 from worker.runs import list_events
 from worker.testing import Published, TaskRecorder
 
@@ -243,3 +247,57 @@ def test_an_escalated_interrupt_is_owed_to_the_same_notifiers_in_the_sweep_s_tra
     # Then the reaper publishes it again once overdue
     reap(now=_overdue())
     assert [t.notice.interrupt_id for t in tasks.pending if t.notice is not None] == [new.id]
+
+
+def test_a_review_renewed_on_a_newer_version_is_owed_to_that_version_s_notifiers(
+    db: str, tasks: TaskRecorder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a run of version 1 answered, not yet continued, and a version 2 with a notifier
+    # whose evidence differs (so the answer does not carry: a renewed review)
+    manager = add_actor("mia", ["manager"])
+    run_id = enqueue_run("amounts", {})
+    asked = drain_pending(run_id, "go")
+    assert submit_resume(contract_for(asked, "mia", input={"note": "ok"}), manager).accepted
+    told: list[str] = []
+
+    def tell_v2(interrupt: InterruptView) -> None:
+        told.append(interrupt.id)
+
+    _deploy_amounts_v2(monkeypatch, tell_v2)
+    # When version 2 continues the run, and the notify task of its renewed review is lost
+    [step] = tasks.clear()
+    execute(step.run_id)
+    renewed = pending(run_id)
+    assert renewed is not None and renewed.previous_input == {"note": "ok"}
+    assert _notices(tasks.clear()) == [(tell_v2.__qualname__, 1)]
+    # Then it is owed, in the claim's transaction, and the reaper publishes it again
+    assert [(n, s) for n, s, _ in _owed(run_id)] == [(tell_v2.__qualname__, "owed")]
+    reap(now=_overdue())
+    tasks.drain()
+    assert told == [renewed.id]
+
+
+def _deploy_amounts_v2(monkeypatch: pytest.MonkeyPatch, notifier: Notifier) -> None:
+    """Version 2 of ``amounts`` (tests.flows.agents) replaces version 1, with ``notifier``: it
+    shows the amount in cents, so an answer given to version 1 does not carry."""
+    monkeypatch.setattr(
+        registry, "_flows", {k: f for k, f in registry._flows.items() if k[0] != "amounts"}
+    )
+    v2 = registry.Flow("amounts", version=2)
+    v2.notifier(notifier)
+    # What the approval is checked against now: the answer is asked again when the run is
+    # claimed (worker.flows.migration), before the step runs.
+    v2.revalidate("go")(lambda _context: {"amount_cents": 1000})
+
+    @v2.step("pay")
+    def pay(ctx: StepContext) -> None:
+        ctx.interrupt(
+            "go",
+            kind="approval",
+            input=agents.Go,
+            authority=["manager"],
+            evidence={"amount_cents": 1000},
+            expires_in=600,
+        )
+
+    v2.migrates_from(1)(lambda state: state)

@@ -22,6 +22,7 @@ from sqlalchemy.exc import DBAPIError
 
 from models import effects as effect_store
 from models import interrupts as interrupt_store
+from models import notifications as notification_store
 from models import runs as run_store
 from models.contracts import InterruptDecl, json_copy
 from models.db import current_dialect, retrying, transaction, utcnow
@@ -459,6 +460,10 @@ def _claim_run(run_id: str, owner: str, waiting: list[tuple[Flow, Interrupt]]) -
             checkpoint = migrated
             carried = carry(session, run, carries, migrated, actor=f"worker:{owner}")
             if carried.waiting:
+                # What the notifiers are owed, in this transaction (told once it commits).
+                notification_store.owe(
+                    session, [w for i in carried.waiting for w in owed_writes(flow, i)]
+                )
                 waiting.extend((flow, interrupt) for interrupt in carried.waiting)
                 return None
             # Answers carried onto the new version: a step asking otherwise renews the review.
