@@ -21,6 +21,7 @@ from models.db import transaction, utcnow
 from models.enums import NotificationStatus
 from models.settings import get_settings, notify_due_in, reset_settings
 from tests.flows import agents
+from tests.flows.interrupts import scratch_redis
 from tests.flows.notifiers import calls
 from tests.resumes import contract_for, drain_pending, pending
 from worker import StepContext, add_actor, enqueue_run, get_run, submit_resume
@@ -31,6 +32,7 @@ from worker.engine.runtime import execute
 from worker.engine.sweeps import sweep_expired
 from worker.flows import flow as registry
 from worker.flows.flow import Notifier
+from worker.ops.notifications import deliver
 from worker.runs import list_events
 from worker.testing import Published, TaskRecorder
 
@@ -301,3 +303,29 @@ def _deploy_amounts_v2(monkeypatch: pytest.MonkeyPatch, notifier: Notifier) -> N
         )
 
     v2.migrates_from(1)(lambda state: state)
+
+
+def test_a_retry_whose_publish_is_refused_is_delivered_by_the_reaper(
+    db: str, tasks: TaskRecorder
+) -> None:
+    # Given a chat notifier whose first call fails, and a broker that refuses its retry
+    run_id, interrupt_id = _waiting(tasks)
+    scratch_redis().set(f"notice:chat-fails:{run_id}", 1)
+    first = {t.notice.notifier: t.notice for t in tasks.clear() if t.notice is not None}
+
+    def broker_down(*_: Any, **__: Any) -> None:
+        raise ConnectionError("broker down")
+
+    previous = set_notice_publisher(broker_down)
+    try:
+        deliver(first["tell_chat"])
+    finally:
+        set_notice_publisher(previous)
+    assert tasks.pending == []
+    # When the reaper passes (the refusal made it due at once)
+    reap()
+    # Then the second attempt goes out, and the chat is told
+    assert _notices(tasks.pending) == [("tell_chat", 2)]
+    tasks.drain()
+    assert [c["id"] for c in calls("chat", run_id)] == [interrupt_id] * 2
+    assert _owed(run_id) == [("tell_chat", "notified", 2), ("tell_mail", "owed", 1)]

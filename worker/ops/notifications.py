@@ -167,7 +167,8 @@ def _failed(notice: Notice, exc: Exception) -> Delivery:
             return Delivery(Outcome.SKIPPED)  # another copy of the task ended it meanwhile
         if publish_notice(following, countdown=delay):
             return Delivery(Outcome.RETRYING, error=error, retry_in=delay)
-        # (publish_notice said so in its warning line; the reaper publishes it when overdue)
+        # (publish_notice said so in its warning line): due at once, for the reaper's next pass
+        _owed_now([following], utcnow())
         return Delivery(Outcome.RETRYING, error=error)
     log.warning(
         "interrupt notifier %s failed for interrupt %s (attempt %d, the last): %s",
