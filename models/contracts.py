@@ -372,6 +372,20 @@ class EffectView(Frozen):
     updated_at: datetime
 
 
+class NotificationView(Frozen):
+    """One notifier's notification about one interrupt, from the outbox: ``owed`` until its
+    task marks it ``notified``, ``skipped`` (the interrupt closed first) or ``failed``."""
+
+    interrupt_id: str
+    notifier: str
+    status: str
+    attempt: int
+    due_at: datetime
+    error: str | None
+    created_at: datetime
+    done_at: datetime | None
+
+
 class ActorView(Frozen):
     id: str
     kind: str  # human or service, fixed when the actor was added

@@ -86,6 +86,16 @@ class EffectStatus(StrEnum):
     FAILED = "failed"
 
 
+class NotificationStatus(StrEnum):
+    """Where one notifier's notification about one interrupt stands (the outbox's rows)."""
+
+    OWED = "owed"
+    NOTIFIED = "notified"
+    # The interrupt was closed before the notifier was called: nobody is asked to answer it.
+    SKIPPED = "skipped"
+    FAILED = "failed"
+
+
 class EventKind(StrEnum):
     """What an audit event records: a run transition (named by its trigger) or another fact.
 
@@ -150,6 +160,9 @@ class EventKind(StrEnum):
     holds none of the flow's operator roles. The run is otherwise untouched."""
     REPUBLISH = "republish"
     """The reaper published the run's task again (unclaimed for too long: a lost publish)."""
+    NOTIFY_FAILED = "notify_failed"
+    """A notifier was not told of an interrupt: its calls failed (or its tasks were lost) as
+    many times as `INTERLUDE_NOTIFY_RETRIES` allows; the last error is kept."""
     # Repeated work (counted by stats): one event per re-execution, counters carry {"count": n}.
     STEP_REEXECUTED = "step_reexecuted"
     """A step executed again (after a resume, a redelivery or a lost lease)."""

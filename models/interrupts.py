@@ -19,6 +19,7 @@ from sqlalchemy.orm.attributes import set_committed_value
 from sqlalchemy.sql import FromClause
 from sqlalchemy.sql.dml import UpdateBase
 
+from models import notifications as notification_store
 from models.actors import ACTORS
 from models.contracts import InterruptDecl
 from models.db import dialect, readable_rows, utcnow
@@ -26,6 +27,7 @@ from models.dialects import Dialect
 from models.enums import EventKind, InterruptStatus
 from models.redaction import redacted_row
 from models.runs import RUNS, new_id, storable_id
+from models.settings import get_settings, notify_due_in
 from models.statements import Write, insert_row, named, only_if, row_values
 from models.tables import Actor, Interrupt, ResumeAttempt, Run, from_row
 from statemachine import interrupt_destination, interrupt_sources
@@ -185,6 +187,10 @@ def supersede(
         return None
     session.add(renewed)
     session.flush()
+    # Whoever was to hear of the old one hears of its successor (in this transaction).
+    now = utcnow()
+    due_at = now + timedelta(seconds=notify_due_in(get_settings()))
+    notification_store.owe_successor(session, old.id, renewed.id, now=now, due_at=due_at)
     return renewed
 
 

@@ -59,6 +59,13 @@ DEFAULT_NOTIFY_BACKOFF = 2.0
 LONGEST_NOTIFY_SECONDS = 1500.0
 LONGEST_NOTIFY_BACKOFF = 600.0
 MOST_NOTIFY_RETRIES = 100
+# After a notify task's soft time limit, its call has this long to end before the pool child is
+# killed (the hard limit: a call deaf to the soft limit, stuck in C code, a handler that
+# swallows it).
+NOTIFY_HARD_LIMIT_GRACE = 10.0
+# An owed notification whose task has not ended this long after its call's time limit is taken
+# for lost (a killed worker, a broker that lost it, a refused publish) and published again.
+DEFAULT_NOTIFY_OVERDUE_AFTER = 60.0
 
 # The longest any duration may be (100 years): a deadline that far ahead, or a cutoff four
 # times that far back (the reaper's longest wait), still fits a datetime and a timedelta.
@@ -197,6 +204,10 @@ class Settings(BaseSettings):
     )
     """Seconds before a failed notifier's first retry; twice as long each time after, at most
     600."""
+    notify_overdue_after: Seconds = DEFAULT_NOTIFY_OVERDUE_AFTER
+    """Seconds a notify task may take past its call's time limit (waiting in the queue
+    included) before the reaper takes it for lost (a killed worker, a lost message, a refused
+    publish) and publishes it again, as the next attempt."""
     sweep_interval: BeatInterval = DEFAULT_SWEEP_INTERVAL
     """Seconds between expiry sweeps (Celery beat, `beat_schedule.py`)."""
     reap_interval: BeatInterval = DEFAULT_REAP_INTERVAL
@@ -372,3 +383,14 @@ def _scheme(url: str, example: str) -> str:
     if found is None:
         raise ValueError(f"expected a URL like {example}")
     return found.group(1).split("+")[0]
+
+
+def notify_due_in(settings: Settings, countdown: float = 0.0) -> float:
+    """Seconds from a notify task's publish (due after ``countdown``) until it is overdue: its
+    call's time limits, then ``notify_overdue_after``."""
+    return (
+        countdown
+        + settings.notify_timeout_seconds
+        + NOTIFY_HARD_LIMIT_GRACE
+        + settings.notify_overdue_after
+    )

@@ -35,6 +35,7 @@ STORES = (
     "models.fencing",
     "models.mailbox",
     "models.links",
+    "models.notifications",
 )
 PAGE = Path(__file__).resolve().parents[1] / "docs" / "reference" / "sql.md"
 REFRESH = "python -m models.sql_reference"
@@ -45,6 +46,7 @@ FAMILIES = {
     "interrupt": "Interrupts",
     "attempt": "Resume attempts",
     "link": "Answer links",
+    "notification": "Notifications (the outbox)",
     "actor": "Actors",
     "effect": "Effects (the ledger)",
     "mailbox": "Kept events (a run's mailbox)",

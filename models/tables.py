@@ -29,6 +29,7 @@ from models.enums import (
     EffectStatus,
     InterruptKind,
     InterruptStatus,
+    NotificationStatus,
     ResumeOutcome,
     RunState,
 )
@@ -216,6 +217,36 @@ class Interrupt(Base):
         # The sweep reads due interrupts through this index: its cost follows the due rows.
         Index(None, "status", "deadline"),
         Index(None, "run_id", "checkpoint_id"),
+    )
+
+
+class Notification(Base):
+    """The outbox of notifications: one notifier owed news of one interrupt, written in the
+    transaction that commits the interrupt, marked done by the notify task; the reaper
+    publishes again an owed one whose task is overdue (``worker.ops.notifications``)."""
+
+    __tablename__ = "notifications"
+
+    interrupt_id: Mapped[str] = mapped_column(
+        ForeignKey("interrupts.id", ondelete="CASCADE"), primary_key=True
+    )
+    notifier: Mapped[str] = mapped_column(String(200), primary_key=True)
+    run_id: Mapped[str] = mapped_column(String(32))
+    flow_name: Mapped[str] = mapped_column(String(200))
+    flow_version: Mapped[int] = mapped_column(Integer)
+    status: Mapped[str] = mapped_column(String(16))
+    # The attempt last published, and when its task is overdue (lost, or never published).
+    attempt: Mapped[int] = mapped_column(Integer)
+    due_at: Mapped[datetime] = mapped_column(Timestamp())
+    error: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(Timestamp())
+    done_at: Mapped[datetime | None] = mapped_column(Timestamp())
+
+    __table_args__ = (
+        CheckConstraint(f"status IN ({_values(NotificationStatus)})", name="status"),
+        # The reaper reads overdue ones through this index: its cost follows the overdue rows.
+        Index(None, "status", "due_at"),
+        Index(None, "run_id"),
     )
 
 

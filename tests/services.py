@@ -41,6 +41,7 @@ TABLES = (
     "resume_attempts",
     "kept_events",
     "answer_links",
+    "notifications",
     "interrupts",
     "runs",
     "actor_contacts",

@@ -10,7 +10,7 @@ from kombu import Exchange, Queue  # type: ignore[attr-defined]
 from kombu.transport import TRANSPORT_ALIASES
 
 from models.errors import ConfigurationError
-from models.settings import Settings, get_settings
+from models.settings import NOTIFY_HARD_LIMIT_GRACE, Settings, get_settings
 from worker.engine.tasknames import (
     QUEUE_MAINTENANCE,
     QUEUE_NOTIFY,
@@ -30,10 +30,6 @@ MAX_TICK_SECONDS = 30.0
 # Seconds a command to Redis (a publish) or a connection to it may take before it fails.
 BROKER_SOCKET_TIMEOUT = 5.0
 
-# After a notify task's soft time limit, its call has this long to end before the pool child is
-# killed (the hard limit: a call deaf to the soft limit, stuck in C code, a handler that
-# swallows it).
-NOTIFY_HARD_LIMIT_GRACE = 10.0
 
 # kombu finds the transport of a URL's scheme in this table: ``redis://`` and ``rediss://`` get
 # kombu's Redis transport with one command client per channel (worker/engine/redis_transport.py).

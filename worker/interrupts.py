@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import TypeVar
 
 from models import interrupts as interrupt_store
-from models.contracts import InterruptView, ResumeAttemptView
-from models.db import transaction
+from models import notifications as notification_store
+from models.contracts import InterruptView, NotificationView, ResumeAttemptView
+from models.db import transaction, utcnow
 from models.enums import InterruptKind, InterruptStatus, ResumeOutcome
 from models.errors import InterruptNotFoundError, InvalidInputError
+from models.settings import get_settings, notify_due_in
+from models.statements import Write
 from models.tables import Interrupt
 from worker import arguments
 from worker.engine import dispatch
@@ -21,23 +25,69 @@ def view(row: Interrupt) -> InterruptView:
     return InterruptView.model_validate(row, from_attributes=True)
 
 
+def owed_writes(flow: Flow, interrupt: Interrupt) -> list[Write]:
+    """The outbox rows (one per notifier of ``flow``) that make ``interrupt``'s notifications
+    owed, to be written with it; none for a flow without notifiers (the step pays nothing)."""
+    if not flow.notifiers:
+        return []
+    now = utcnow()
+    due_at = now + timedelta(seconds=notify_due_in(get_settings()))
+    return [
+        notification_store.owed_write(
+            interrupt_id=interrupt.id,
+            run_id=interrupt.run_id,
+            flow_name=flow.name,
+            flow_version=flow.version,
+            notifier=notifier_name(notifier),
+            now=now,
+            due_at=due_at,
+        )
+        for notifier in flow.notifiers
+    ]
+
+
 def notify(flow: Flow, interrupt: Interrupt) -> None:
     """Publish one notify task per notifier of ``flow`` about ``interrupt``, once it committed.
 
     The notifiers run in a worker (``worker.ops.notifications``), each in a task of its own, with a
     time limit and retries: never here, in the step's, the sweep's or the resume's slot. A flow
-    without notifiers costs nothing. A publish the broker refuses is logged; the run goes on.
+    without notifiers costs nothing. What is owed was written with the interrupt
+    (``owed_writes``): a publish the broker refuses is logged and made due at once, so that the
+    reaper's next pass publishes it again; the run goes on.
     """
+    refused: list[str] = []
     for notifier in flow.notifiers:
-        dispatch.publish_notice(
-            dispatch.Notice(
-                interrupt_id=interrupt.id,
-                run_id=interrupt.run_id,
-                flow=flow.name,
-                version=flow.version,
-                notifier=notifier_name(notifier),
-            )
+        name = notifier_name(notifier)
+        notice = dispatch.Notice(
+            interrupt_id=interrupt.id,
+            run_id=interrupt.run_id,
+            flow=flow.name,
+            version=flow.version,
+            notifier=name,
         )
+        if not dispatch.publish_notice(notice):
+            refused.append(name)
+    if refused:
+        now = utcnow()
+        with transaction() as session:
+            for name in refused:
+                # (attempt 0: the reaper's publish is the first attempt)
+                notification_store.owe_again(
+                    session, interrupt.id, name, attempt=0, due_at=now, error=None
+                )
+
+
+def list_notifications(run_id: str, interrupt_id: str | None = None) -> list[NotificationView]:
+    """The run's notifications (of one interrupt, if given), oldest first: which notifier is
+    still owed news, and which failed, with its last error."""
+    run_id = arguments.text("run_id", run_id)
+    with transaction(readonly=True) as session:
+        rows = notification_store.of_run(session, run_id)
+        return [
+            NotificationView.model_validate(row, from_attributes=True)
+            for row in rows
+            if interrupt_id is None or row.interrupt_id == interrupt_id
+        ]
 
 
 def list_interrupts(

@@ -233,8 +233,8 @@ def test_a_publish_the_broker_refuses_leaves_the_run_waiting_and_is_one_line(
     assert calls("chat", run_id) == calls("mail", run_id) == []
     # And each refused publish is one warning line naming the interrupt and the notifier
     assert _warnings(caplog) == [
-        f"notifier {name} not told of interrupt {interrupt.id} (attempt 1): publish failed: "
-        "ConnectionError: broker down\\nfor maintenance"
+        f"notifier {name} not told of interrupt {interrupt.id} (attempt 1) yet: publish failed, "
+        "the reaper publishes it again: ConnectionError: broker down\\nfor maintenance"
         for name in NOTIFIERS
     ]
 

@@ -71,6 +71,7 @@ def test_the_numeric_settings_are_the_expected_ones() -> None:
             "notify_timeout_seconds",
             "notify_retries",
             "notify_backoff",
+            "notify_overdue_after",
             "link_seconds",
             "smtp_port",
         ]

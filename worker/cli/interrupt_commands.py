@@ -26,7 +26,7 @@ from worker.cli.review import resume_hint, show_call
 from worker.present.formats import age, format_age, jsonable, seconds_since, timestamp, until
 
 if TYPE_CHECKING:
-    from models.contracts import InterruptView
+    from models.contracts import InterruptView, NotificationView
 
 DEFAULT_LIMIT = 200
 TEMPLATE_EXPIRES_IN = timedelta(hours=1)
@@ -148,17 +148,31 @@ def _waited(interrupt: InterruptView, since: dict[str, datetime]) -> float | Non
     return round(seconds_since(start), 3)
 
 
+def _notifications(notifications: list[NotificationView]) -> str:
+    """Each notifier and where its notification stands: ``tell_chat owed (attempt 2)``."""
+    shown = []
+    for n in notifications:
+        said = f"{n.notifier} {n.status}"
+        if n.status in ("owed", "failed"):
+            said += f" (attempt {n.attempt}{', ' + n.error if n.error else ''})"
+        shown.append(said)
+    return "; ".join(shown)
+
+
 def _show(args: argparse.Namespace, out: Output) -> int:
     from worker import get_interrupt
+    from worker.interrupts import list_notifications
     from worker.ops.waiting import waiting_since
 
     interrupt = get_interrupt(resolve_interrupt(args.interrupt_id))
     template = contract(interrupt, actor_id=ACTOR_PLACEHOLDER)
     waited = _waited(interrupt, waiting_since([interrupt.run_id]))
+    notifications = list_notifications(interrupt.run_id, interrupt.id)
     if out.as_json:
         out.json(
             {
                 "interrupt": {**jsonable(interrupt), "waiting_seconds": waited},
+                "notifications": [jsonable(n) for n in notifications],
                 "template": template,
             }
         )
@@ -190,6 +204,7 @@ def _show(args: argparse.Namespace, out: Output) -> int:
                 else []
             ),
             *([("policy version", interrupt.policy_version)] if interrupt.policy_version else []),
+            *([("notifications", _notifications(notifications))] if notifications else []),
         ]
     )
     show_call(out, interrupt)

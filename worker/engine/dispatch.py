@@ -6,7 +6,8 @@ reaper republishes runs that sit queued or resuming without a claim.
 Every publish of interlude (enqueue, chained steps, retries, accepted resumes, sweeps, the
 reaper) goes through ``publish_step``, which hands it to the installed publisher: Celery by
 default, an in-process recorder in tests (``worker.testing``). A notification (one notifier, one
-interrupt) goes through ``publish_notice`` the same way; it has no outbox: a lost one is logged.
+interrupt) goes through ``publish_notice`` the same way; its outbox is the notifications table
+(``worker.ops.notifications``), from which the reaper publishes a lost one again.
 """
 
 from __future__ import annotations
@@ -148,14 +149,15 @@ def publish_until_refused(
 def publish_notice(notice: Notice, *, countdown: float | None = None) -> bool:
     """Publish the task that tells one notifier about one interrupt; False if it failed.
 
-    A refusal is one warning line naming the interrupt and the notifier: nothing publishes it
-    again (the interrupt itself is committed; its run is not affected).
+    A refusal is one warning line naming the interrupt and the notifier; the notification stays
+    owed in the database, and the reaper publishes it again (its run is not affected).
     """
     try:
         _notice_publisher(notice, countdown=countdown)
     except Exception as exc:
         log.warning(
-            "notifier %s not told of interrupt %s (attempt %d): publish failed: %s: %s",
+            "notifier %s not told of interrupt %s (attempt %d) yet: publish failed, the reaper "
+            "publishes it again: %s: %s",
             notice.notifier,
             notice.interrupt_id,
             notice.attempt,

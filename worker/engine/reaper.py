@@ -1,9 +1,12 @@
-"""Recovering runs whose worker died or whose dispatch was lost; safe in several processes.
+"""Recovering runs whose worker died or whose dispatch was lost, and notifications whose task
+was lost; safe in several processes.
 
-Two stages, each in batches: one bounded transaction that selects with ``FOR UPDATE SKIP
+Three stages, each in batches: one bounded transaction that selects with ``FOR UPDATE SKIP
 LOCKED`` on PostgreSQL (SQLite serialises writers) and changes rows only by compare-and-set,
 so a second reaper running at the same moment finds nothing left to do. Tasks are published
-after commit.
+after commit. The last stage (``worker.ops.notifications.republish_overdue``) does one batch
+per pass, of at most ``NOTIFY_REPUBLISH_AT_MOST``: a backlog of lost notifications goes out at
+a bounded rate.
 """
 
 from __future__ import annotations
@@ -25,12 +28,15 @@ from models.settings import get_settings
 from models.tables import Run
 from worker import arguments
 from worker.engine import dispatch
+from worker.ops.notifications import republish_overdue
 
 log = logging.getLogger(__name__)
 ACTOR = "system:reaper"
 # A run left unclaimed is published again after INTERLUDE_REDISPATCH_AFTER, then after waits
 # that double, up to this many times that (a message a restarted broker lost waits no longer).
 REDISPATCH_WAIT_LIMIT = 4
+# Overdue notifications published again per reaper pass, at most.
+NOTIFY_REPUBLISH_AT_MOST = 100
 
 
 @dataclass
@@ -42,7 +48,8 @@ class _Batch:
 
 
 def reap(now: datetime | None = None, batch: int | None = None) -> int:
-    """Requeue runs with expired leases and republish unclaimed ones; returns how many.
+    """Requeue runs with expired leases, republish unclaimed ones and overdue notifications;
+    returns how many.
 
     Each stage goes on batch after batch (``INTERLUDE_SWEEP_BATCH`` rows, or ``batch``) until
     one comes back short, as the sweep does. A pass starts no new batch once it has run for
@@ -71,7 +78,8 @@ def reap(now: datetime | None = None, batch: int | None = None) -> int:
                 return handled  # the broker is down: the next pass tries again
             if result.selected < size or time.monotonic() >= stop_at:
                 break
-    return handled
+    notified, _ = republish_overdue(given or utcnow(), min(size, NOTIFY_REPUBLISH_AT_MOST))
+    return handled + notified
 
 
 def _requeue_expired(now: datetime, batch: int, max_claims: int) -> _Batch:

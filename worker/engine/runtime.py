@@ -22,6 +22,7 @@ from sqlalchemy.exc import DBAPIError
 
 from models import effects as effect_store
 from models import interrupts as interrupt_store
+from models import notifications as notification_store
 from models import runs as run_store
 from models.contracts import InterruptDecl, json_copy
 from models.db import current_dialect, retrying, transaction, utcnow
@@ -64,7 +65,7 @@ from worker.flows.migration import carry, deferred_revalidation, migrated_state
 from worker.flows.migration import plan as migration_plan
 from worker.flows.schemas import OperatorRelease
 from worker.gateway.events import deliver_kept
-from worker.interrupts import notify
+from worker.interrupts import notify, owed_writes
 from worker.ops import runlog, step_metrics, tracing
 from worker.ops.step_metrics import StepOutcome
 
@@ -459,6 +460,10 @@ def _claim_run(run_id: str, owner: str, waiting: list[tuple[Flow, Interrupt]]) -
             checkpoint = migrated
             carried = carry(session, run, carries, migrated, actor=f"worker:{owner}")
             if carried.waiting:
+                # What the notifiers are owed, in this transaction (told once it commits).
+                notification_store.owe(
+                    session, [w for i in carried.waiting for w in owed_writes(flow, i)]
+                )
                 waiting.extend((flow, interrupt) for interrupt in carried.waiting)
                 return None
             # Answers carried onto the new version: a step asking otherwise renews the review.
@@ -590,6 +595,8 @@ def _commit_suspend(
         interrupts.append(interrupt)
         facts.append(interrupt_store.interrupt_event(interrupt.id, decl))
         writes.append(insert_interrupt)
+        # The notifications owed, in the same statement (none without notifiers).
+        writes.extend(owed_writes(claimed.flow, interrupt))
         renewal = ctx.renewals.get(decl.supersedes or "")
         if renewal is not None and decl.supersedes is not None:
             # The answer does not bind to what the step asks now: it stays as history, and

@@ -84,7 +84,8 @@ def report(failure: Failure | None) -> None:
 # Its time limits come from the settings (worker.app). A call that outlives the hard limit, or
 # whose pool child dies, is not run again (for the hard limit, Celery acknowledges the task
 # itself): a notifier that kills its process would loop for ever, where a step's attempts are
-# counted on its run. Celery's own error lines say so, and that notification is lost.
+# counted on its run. Celery's own error lines say so; the notification stays owed, and the
+# reaper publishes it again once overdue, as its next attempt (the attempts bound that loop).
 @app.task(  # type: ignore[untyped-decorator]
     name=TASK_NOTIFY,
     ignore_result=True,
