@@ -132,3 +132,12 @@ def test_latency_percentiles_take_the_nearest_rank() -> None:
     found = percentiles([float(v) for v in range(1, 101)])  # 1 .. 100 ms
     assert found == {"median": 50.5, "p95": 95.0, "p99": 99.0, "max": 100.0}
     assert percentiles([7.0]) == {"median": 7.0, "p95": 7.0, "p99": 7.0, "max": 7.0}
+
+
+def test_the_bench_polls_often_only_near_the_end() -> None:
+    from bench.w1 import MAX_POLL_SECONDS, POLL_SECONDS, next_poll
+
+    assert next_poll(500, 0, 0.3) == POLL_SECONDS  # no pace yet
+    assert next_poll(40, 100, 1.0) == approx(0.1)  # 40 left at 10 ms each: a quarter
+    assert next_poll(10_000, 10, 1.0) == MAX_POLL_SECONDS
+    assert next_poll(1, 499, 4.0) == POLL_SECONDS
