@@ -50,8 +50,6 @@ from typing import Any
 import psycopg
 import redis
 from sqlalchemy import (
-    JSON,
-    Column,
     Connection,
     Insert,
     Table,
@@ -65,7 +63,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import JSONB
 
-from bench import pg
+from bench import pg, waiting_rows
 from bench.processes import (
     BROKER_URL,
     INTERLUDE_QUEUES,
@@ -76,6 +74,14 @@ from bench.processes import (
     stop_worker,
 )
 from bench.w1 import ACTOR, configure, contract
+from bench.waiting_rows import (
+    SQL_NULL,
+    RunRows,
+    is_json,
+    replaced,
+    rows_of_run,
+    tables,
+)
 
 # The goal's 5 MB (decimal), in the KiB that /proc counts in.
 LIMIT_KIB = 5_000_000 / 1024
@@ -195,58 +201,9 @@ def maintenance(worker: Worker, times: int) -> dict[str, list[float]]:
     return durations
 
 
-def _tables() -> dict[str, Table]:
-    from models.tables import Checkpoint, Event, Interrupt, Run
-
-    return {
-        "runs": Run.__table__,  # type: ignore[dict-item]
-        "checkpoints": Checkpoint.__table__,  # type: ignore[dict-item]
-        "interrupts": Interrupt.__table__,  # type: ignore[dict-item]
-        "events": Event.__table__,  # type: ignore[dict-item]
-    }
-
-
-class _SqlNull:
-    """A JSON column holding SQL NULL (not JSON ``null``, which the real path writes too)."""
-
-    def __repr__(self) -> str:
-        return "SQL NULL"
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, _SqlNull)
-
-    def __hash__(self) -> int:
-        return 0
-
-
-SQL_NULL = _SqlNull()
-
-
-def _is_json(column: Column[Any]) -> bool:
-    return isinstance(column.type, JSON)
-
-
-def template_rows(conn: Connection, run_id: str) -> dict[str, list[dict[str, Any]]]:
-    """Every row the real path wrote for the waiting run ``run_id``, table by table.
-
-    JSON columns are read as their text, so that SQL NULL (``SQL_NULL``) and JSON ``null``
-    (``None``) stay apart.
-    """
-    found: dict[str, list[dict[str, Any]]] = {}
-    for name, table in _tables().items():
-        key = table.c.id if name == "runs" else table.c.run_id
-        order = table.c.id if name == "events" else key
-        shown = [cast(c, Text).label(c.name) if _is_json(c) else c for c in table.c]
-        rows = conn.execute(select(*shown).where(key == run_id).order_by(order)).mappings()
-        found[name] = [
-            {
-                c.name: (SQL_NULL if row[c.name] is None else json.loads(row[c.name]))
-                if _is_json(c)
-                else row[c.name]
-                for c in table.c
-            }
-            for row in rows
-        ]
+def template_rows(conn: Connection, run_id: str) -> RunRows:
+    """Every row the real path wrote for the waiting W1 run ``run_id``, table by table."""
+    found = rows_of_run(conn, run_id)
     counts = {name: len(rows) for name, rows in found.items()}
     if counts != {"runs": 1, "checkpoints": 1, "interrupts": 1, "events": 4}:
         raise RuntimeError(f"the template run's rows are not W1's waiting shape: {counts}")
@@ -257,20 +214,7 @@ def template_rows(conn: Connection, run_id: str) -> dict[str, list[dict[str, Any
     return found
 
 
-def _replaced(value: Any, ids: dict[str, str]) -> Any:
-    """``value`` with every string that is one of the template's ids replaced by the new id."""
-    if isinstance(value, str):
-        return ids.get(value, value)
-    if isinstance(value, dict):
-        return {k: _replaced(v, ids) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_replaced(v, ids) for v in value]
-    return value
-
-
-def copies(
-    template: dict[str, list[dict[str, Any]]], count: int, first: int
-) -> Iterator[dict[str, list[dict[str, Any]]]]:
+def copies(template: RunRows, count: int, first: int) -> Iterator[RunRows]:
     """``count`` waiting runs shaped as the template, ``n`` from ``first``, in chunks."""
     from models.canonical import evidence_hash
     from models.db import utcnow
@@ -279,7 +223,7 @@ def copies(
     (interrupt,) = template["interrupts"]
     deadline = utcnow() + FAR_DEADLINE
     for start in range(0, count, RUNS_PER_TRANSACTION):
-        rows: dict[str, list[dict[str, Any]]] = {name: [] for name in template}
+        rows: RunRows = {name: [] for name in template}
         for n in range(first + start, first + min(start + RUNS_PER_TRANSACTION, count)):
             ids = {
                 run["id"]: uuid.uuid4().hex,
@@ -287,7 +231,7 @@ def copies(
                 interrupt["id"]: uuid.uuid4().hex,
             }
             for name, originals in template.items():
-                rows[name].extend(_replaced(original, ids) for original in originals)
+                rows[name].extend(replaced(original, ids) for original in originals)
             rows["runs"][-1]["input"] = {"n": n}
             new = rows["interrupts"][-1]
             new.update(scope={"n": n}, evidence={"amount": n}, deadline=deadline)
@@ -305,10 +249,10 @@ def _insert_from_json(table: Table) -> Insert:
     columns = [c for c in table.c if c.autoincrement is not True]
     source = (
         func.jsonb_to_recordset(bindparam("rows", type_=JSONB))
-        .table_valued(*[column(c.name, Text if _is_json(c) else c.type) for c in columns])
+        .table_valued(*[column(c.name, Text if is_json(c) else c.type) for c in columns])
         .render_derived("r", with_types=True)
     )
-    picked = [cast(source.c[c.name], JSONB) if _is_json(c) else source.c[c.name] for c in columns]
+    picked = [cast(source.c[c.name], JSONB) if is_json(c) else source.c[c.name] for c in columns]
     return table.insert().from_select([c.name for c in columns], select(*picked))
 
 
@@ -319,7 +263,7 @@ def _encoded(table: Table, row: dict[str, Any]) -> dict[str, Any]:
         value = row[c.name]
         if c.autoincrement is True:
             continue
-        if _is_json(c):
+        if is_json(c):
             value = None if value is SQL_NULL else json.dumps(value)
         elif isinstance(value, datetime):
             value = value.isoformat()
@@ -330,39 +274,25 @@ def _encoded(table: Table, row: dict[str, Any]) -> dict[str, Any]:
 VARYING = {"input", "scope", "evidence", "evidence_hash", "deadline"}
 
 
-def check_copy(conn: Connection, template: dict[str, list[dict[str, Any]]], run_id: str) -> None:
+def check_copy(conn: Connection, template: RunRows, run_id: str) -> None:
     """The rows of bulk run ``run_id`` are the template's but for ids, ``n`` and the deadline."""
-    copy = template_rows(conn, run_id)
-    back = {
-        copy["runs"][0]["id"]: template["runs"][0]["id"],
-        copy["checkpoints"][0]["id"]: template["checkpoints"][0]["id"],
-        copy["interrupts"][0]["id"]: template["interrupts"][0]["id"],
-    }
-    for name, originals in template.items():
-        for original, row in zip(originals, copy[name], strict=True):
-            differ = {
-                k for k, v in _replaced(row, back).items() if v != original[k] and k not in VARYING
-            }
-            if differ - ({"id"} if name == "events" else set()):
-                raise RuntimeError(f"bulk {name} row differs from the real one in {differ}")
-            if any(old in repr(row) for old in back.values()):
-                raise RuntimeError(f"bulk {name} row names the template's ids: {row}")
+    waiting_rows.check_copy(template, template_rows(conn, run_id), VARYING)
 
 
-def insert_waiting(url: str, template: dict[str, list[dict[str, Any]]], count: int) -> float:
+def insert_waiting(url: str, template: RunRows, count: int) -> float:
     """Insert ``count`` waiting runs like the template; returns the seconds it took.
 
     A transaction per ``RUNS_PER_TRANSACTION`` runs, one statement per table in each.
     """
     engine = create_engine(url)
-    tables = _tables()
-    inserts = {name: _insert_from_json(table) for name, table in tables.items()}
+    by_name = tables()
+    inserts = {name: _insert_from_json(table) for name, table in by_name.items()}
     started = time.perf_counter()
     try:
         for rows in copies(template, count, first=1_000_000):
             with engine.begin() as conn:
                 for name, insert in inserts.items():  # runs first: the others refer to them
-                    encoded = [_encoded(tables[name], row) for row in rows[name]]
+                    encoded = [_encoded(by_name[name], row) for row in rows[name]]
                     conn.execute(insert, {"rows": encoded})
         with engine.connect() as conn:
             autocommit = conn.execution_options(isolation_level="AUTOCOMMIT")
