@@ -18,6 +18,7 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
+    text,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, configure_mappers, mapped_column
 from sqlalchemy.orm.instrumentation import manager_of_class
@@ -164,7 +165,8 @@ class Interrupt(Base):
     __tablename__ = "interrupts"
 
     id: Mapped[str] = mapped_column(String(32), primary_key=True)
-    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), index=True)
+    # (Looked up through the index on (run_id, checkpoint_id), which serves run_id alone.)
+    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"))
     name: Mapped[str] = mapped_column(String(200))
     kind: Mapped[str] = mapped_column(String(16))
     status: Mapped[str] = mapped_column(String(16))
@@ -217,6 +219,17 @@ class Interrupt(Base):
         # The sweep reads due interrupts through this index: its cost follows the due rows.
         Index(None, "status", "deadline"),
         Index(None, "run_id", "checkpoint_id"),
+        # Listings oldest first (``interlude interrupts list``): a page is read in order.
+        Index(None, "created_at", "id"),
+        # The pending ones oldest first (the inbox, the API's and the bulk review's pages,
+        # ``interrupts list --status pending``): only pending rows, however long the history.
+        Index(
+            "ix_interrupts_pending_created_at_id",
+            "created_at",
+            "id",
+            postgresql_where=text(f"status = '{InterruptStatus.PENDING.value}'"),
+            sqlite_where=text(f"status = '{InterruptStatus.PENDING.value}'"),
+        ),
     )
 
 
