@@ -46,6 +46,7 @@ import argparse
 import contextlib
 import io
 import json
+import math
 import os
 import statistics
 import time
@@ -123,7 +124,7 @@ class Spread:
 def percentile(values: list[float], share: float) -> float:
     """The nearest-rank percentile ``share`` (0 to 1) of ``values``."""
     ordered = sorted(values)
-    return ordered[max(0, min(len(ordered) - 1, round(share * len(ordered) + 0.5) - 1))]
+    return ordered[max(0, min(len(ordered) - 1, math.ceil(share * len(ordered)) - 1))]
 
 
 # --- the database ---------------------------------------------------------------------------
@@ -199,7 +200,9 @@ class Template:
         names = ", ".join(["n", "shift", "starter"] + [f"id{k}" for k in range(len(self.ids))])
         for name, table in tables().items():
             for row in self.rows[name]:
-                columns, exprs, values = [], [], {}
+                columns: list[str] = []
+                exprs: list[str] = []
+                values: dict[str, Any] = {}
                 for c in table.c:
                     if c.autoincrement is True:
                         continue
@@ -390,7 +393,7 @@ def sizes(name: str, runs: int) -> dict[str, Any]:
 # --- the reads ------------------------------------------------------------------------------
 
 
-def timed(call: Callable[[], object], repeat: int) -> dict[str, float]:
+def timed(call: Callable[[], object], repeat: int) -> dict[str, Any]:
     """Milliseconds of ``call`` (one untimed call first): median, 99th percentile, each."""
     call()
     seconds = []
@@ -450,7 +453,7 @@ def interrupts_page() -> object:
     return waiting_since({i.run_id for i in found if i.status == PENDING})
 
 
-def reads(run_id: str, reviewer: str, repeat: int) -> dict[str, dict[str, float]]:
+def reads(run_id: str, reviewer: str, repeat: int) -> dict[str, dict[str, Any]]:
     return {
         "interrupts_list": timed(interrupts_page, repeat),
         "interrupts_list_table": timed(cli(["interrupts", "list"]), repeat),
@@ -481,7 +484,7 @@ def sweep(name: str) -> dict[str, Any]:
         seconds = time.perf_counter() - started
         published = [t.name for t in tasks.published]
     with psycopg.connect(pg.dsn(name)) as conn:
-        states = dict(
+        states: dict[str, int] = dict(
             conn.execute(
                 "SELECT state, count(*) FROM runs WHERE state <> 'waiting' GROUP BY state"
             ).fetchall()

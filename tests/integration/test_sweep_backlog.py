@@ -5,14 +5,15 @@ broker that refuses a default's resume is not asked again for every other one.""
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
 from datetime import timedelta
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from sqlalchemy import select, text
+from sqlalchemy import event, select, text
 
-from models.db import transaction, utcnow
+from models.db import get_engine, transaction, utcnow
 from models.tables import Interrupt, Run
 from tests.integration.test_reaper_backlog import Clock
 from tests.services import broker_down
@@ -165,3 +166,38 @@ def test_a_run_that_cannot_be_read_does_not_stop_the_reaper(
         getattr(r, "run_id", None) == runs[0] and "cannot be read" in r.getMessage()
         for r in caplog.records
     )
+
+
+@pytest.fixture()
+def savepoints(db: str) -> Iterator[list[str]]:
+    """The SAVEPOINT statements sent while the test runs."""
+    seen: list[str] = []
+
+    def record(_conn: object, _cursor: object, statement: str, *_: object) -> None:
+        if statement.lstrip().upper().startswith("SAVEPOINT"):
+            seen.append(statement)
+
+    engine = get_engine()
+    event.listen(engine, "before_cursor_execute", record)
+    yield seen
+    event.remove(engine, "before_cursor_execute", record)
+
+
+def test_a_batch_that_applies_cleanly_takes_no_savepoint_per_interrupt(
+    tasks: TaskRecorder, savepoints: list[str]
+) -> None:
+    # Given two batches due, with a policy of each kind that writes (a savepoint and its
+    # release were two round trips per interrupt, most of a sweep's time: issue 41)
+    runs = [
+        *_waiting(BATCH, policy="expire"),
+        *_waiting(1, policy="cancel"),
+        *_waiting(1, policy="escalate"),
+    ]
+    savepoints.clear()
+    # When a sweep runs
+    assert sweep_report(now=_later(), batch=BATCH) == SweepReport(handled=BATCH + 2)
+    # Then it applied every policy without a savepoint
+    assert savepoints == []
+    assert sorted(get_run(run_id).state for run_id in runs) == ["cancelled"] + [
+        "expired"
+    ] * BATCH + ["waiting"]

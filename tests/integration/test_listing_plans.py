@@ -1,0 +1,84 @@
+"""Listings read their first page through an index, in order, however many interrupts there are
+(issue 41: a million waiting runs). The planner is told not to sort where it can avoid it: a
+plan that still sorts had no index to read the order from.
+
+On SQLite only the listing of all interrupts is checked: with a bound status and no statistics,
+SQLite's planner reads the pending ones through (status, deadline) and sorts them."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from sqlalchemy import event
+
+from models.db import get_engine
+from models.inbox_queries import answerable_interrupts
+from worker import add_actor, enqueue_run, list_interrupts
+from worker.testing import TaskRecorder, drain
+
+Sent = list[tuple[str, Any]]
+
+
+@pytest.fixture()
+def sent(db: str) -> Iterator[Sent]:
+    seen: Sent = []
+
+    def record(_conn: object, _cursor: object, statement: str, params: Any, *_: object) -> None:
+        seen.append((statement, params))
+
+    engine = get_engine()
+    event.listen(engine, "before_cursor_execute", record)
+    yield seen
+    event.remove(engine, "before_cursor_execute", record)
+
+
+def _plan(statement: str, params: Any) -> str:
+    """The plan of ``statement``, the planner kept from sorting (and, on PostgreSQL, from
+    scanning the whole table) wherever another plan exists."""
+    engine = get_engine()
+    with engine.connect() as conn:
+        if engine.dialect.name == "postgresql":
+            conn.exec_driver_sql("SET enable_sort = off")
+            conn.exec_driver_sql("SET enable_seqscan = off")
+            rows = conn.exec_driver_sql(f"EXPLAIN {statement}", params).all()
+            conn.rollback()
+        else:
+            rows = conn.exec_driver_sql(f"EXPLAIN QUERY PLAN {statement}", params).all()
+    return "\n".join(str(row[-1]) for row in rows)
+
+
+def _sorts(plan: str) -> bool:
+    # PostgreSQL: a Sort node; SQLite: a temporary b-tree for the ORDER BY.
+    return "Sort" in plan.replace("Sort Key", "") or "TEMP B-TREE FOR ORDER BY" in plan
+
+
+def _read_of(sent: Sent, call: Callable[[], object], table: str) -> tuple[str, Any]:
+    sent.clear()
+    call()
+    (found,) = [s for s in sent if s[0].lstrip().startswith("SELECT") and f"FROM {table}" in s[0]]
+    return found
+
+
+def test_the_interrupts_listing_and_the_inbox_read_their_first_page_in_index_order(
+    tasks: TaskRecorder, sent: Sent, backend: str
+) -> None:
+    # Given interrupts waiting, pending and resolved alike
+    add_actor("plan-reviewer", ["approver"])
+    for n in range(3):
+        enqueue_run("expiring", {"policy": "expire", "expires_in": 600, "n": n})
+    drain()
+    # When the operators' listing (all, and only the pending) and the inbox read a page
+    reads = {
+        "interrupts list": _read_of(sent, lambda: list_interrupts(limit=200), "interrupts"),
+        "interrupts list --status pending": _read_of(
+            sent, lambda: list_interrupts(status="pending", limit=200), "interrupts"
+        ),
+        "inbox": _read_of(sent, lambda: answerable_interrupts(["approver"]), "interrupts"),
+    }
+    # Then each reads them in order from an index: nothing sorts them
+    if backend == "sqlite":
+        reads = {"interrupts list": reads["interrupts list"]}
+    plans = {name: _plan(*read) for name, read in reads.items()}
+    assert {name: plan for name, plan in plans.items() if _sorts(plan)} == {}

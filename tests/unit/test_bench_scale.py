@@ -1,0 +1,52 @@
+"""bench.scale's spread of deadlines: exactly the due interrupts are due, for as long as the
+bench runs, and every interrupt was asked in the past."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from bench.scale import Spread, percentile
+
+NOW = datetime(2026, 12, 5, 12, 0, tzinfo=UTC)
+DAY = timedelta(days=1)
+LASTS = [7 * DAY, 10 * DAY, 14 * DAY, 30 * DAY]
+
+
+def test_exactly_the_due_ones_are_due_until_the_first_other_falls_due() -> None:
+    # Given 10,000 runs of which 1,000 due, spread over asks of four durations
+    spread = Spread(total=10_000, due=1_000, now=NOW)
+    deadlines = [spread.deadline(n, LASTS[n % 4]) for n in range(spread.total)]
+    # Then 1,000 are due now, and still 1,000 a day later (the shortest ask lasts a week and
+    # the others were asked within the last six days)
+    assert sum(d <= NOW for d in deadlines) == 1_000
+    assert sum(d <= NOW + DAY - timedelta(minutes=1) for d in deadlines) == 1_000
+    # And every one was asked in the past, the due ones within an hour of their deadline
+    assert all(spread.asked_at(n, LASTS[n % 4]) < NOW for n in range(spread.total))
+    assert all(NOW - timedelta(hours=1) <= d for d in deadlines[:1_000])
+
+
+def test_the_others_were_asked_oldest_first_over_the_window() -> None:
+    spread = Spread(total=1_000, due=10, now=NOW)
+    asked = [spread.asked_at(n, 7 * DAY) for n in range(10, 1_000)]
+    assert asked == sorted(asked)
+    assert NOW - spread.window <= asked[0] < asked[-1] < NOW
+
+
+@pytest.mark.parametrize("due", [-1, 100])
+def test_a_spread_must_leave_some_runs_not_due(due: int) -> None:
+    with pytest.raises(ValueError, match="due must be 0 to 99"):
+        Spread(total=100, due=due, now=NOW)
+
+
+def test_an_ask_shorter_than_the_window_is_refused() -> None:
+    with pytest.raises(ValueError, match="would fall due inside"):
+        Spread(total=100, due=1, now=NOW).asked_at(50, DAY)
+
+
+def test_percentile_is_nearest_rank() -> None:
+    values = [float(v) for v in range(1, 21)]
+    assert percentile(values, 0.5) == 10.0
+    assert percentile(values, 0.99) == 20.0
+    assert percentile([3.0], 0.99) == 3.0
