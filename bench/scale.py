@@ -30,7 +30,8 @@ In a scratch database (dropped at the end), in order:
 5. the sweep of the 1,000 due interrupts: ``sweep_report()`` in this process, publishes
    recorded (``worker.testing.recording``), timed until it returns, when every due interrupt
    has had its policy applied and its run moved on (expired, cancelled, escalated, or resumed
-   with its default and published);
+   with its default and published). A sweep starts no batch after one beat interval; on a
+   machine too slow for that, further sweeps follow, as beat's would, and count;
 6. ``--check`` bulk runs of each flow answered through ``submit_resume`` and driven to success:
    the copies are runs the engine accepts;
 7. W1 (``bench.w1``'s flow, caller and worker, ``--w1-runs`` runs) on this database and on a
@@ -473,16 +474,27 @@ def due_count(name: str) -> int:
 
 
 def sweep(name: str) -> dict[str, Any]:
-    """The sweep of the due interrupts in this process, publishes recorded; timed."""
-    from worker.engine.sweeps import sweep_report
+    """The sweep of the due interrupts in this process, publishes recorded; timed. A sweep
+    starts no batch after one beat interval (beat has sent the next by then): on a machine too
+    slow to finish, sweeps follow one another, as beat's would, until one comes back short."""
+    from worker.engine.sweeps import SweepReport, sweep_report
     from worker.testing import recording
 
     due = due_count(name)
+    reports: list[SweepReport] = []
+    seconds = 0.0
     with recording() as tasks:
-        started = time.perf_counter()
-        report = sweep_report()
-        seconds = time.perf_counter() - started
+        while True:
+            started = time.perf_counter()
+            report = sweep_report()
+            if not report.handled + report.deferred + report.failed:
+                break  # (not timed: the sweep beat would send next, finding nothing)
+            seconds += time.perf_counter() - started
+            reports.append(report)
         published = [t.name for t in tasks.published]
+    report = SweepReport(
+        *(sum(getattr(r, f) for r in reports) for f in ("handled", "deferred", "failed"))
+    )
     with psycopg.connect(pg.dsn(name)) as conn:
         states: dict[str, int] = dict(
             conn.execute(
@@ -492,6 +504,7 @@ def sweep(name: str) -> dict[str, Any]:
     return {
         "due": due,
         "seconds": seconds,
+        "sweeps": len(reports),
         "handled": report.handled,
         "deferred": report.deferred,
         "failed": report.failed,
@@ -545,23 +558,13 @@ def answer_some(name: str, by_flow: dict[str, list[str]], count: int) -> int:
 # --- W1 -------------------------------------------------------------------------------------
 
 
-class W1Poller(Poller):
-    """``bench.w1``'s poller counting W1's runs only (the index on flow and state answers)."""
-
-    def states(self) -> dict[str, int]:
-        self.queries += 1
-        rows = self.conn.execute(
-            "SELECT state, count(*) FROM runs WHERE flow_name = 'bench_w1' GROUP BY state"
-        ).fetchall()
-        return {str(state): int(n) for state, n in rows}
-
-
 def w1(name: str, runs: int, credential: str) -> float:
     """``bench.w1``'s workload on database ``name``: runs/s of ``runs`` W1 runs.
 
     As ``bench.w1`` but for what a database full of other waiting runs changes for the bench
-    itself: it waits for W1's runs only, and resumes the interrupts of the runs it started
-    (looked up in one query) rather than the oldest pending approvals.
+    itself: its poller counts the runs it started only (``Poller.only``), and it resumes their
+    interrupts (looked up in one query) rather than the oldest pending approvals, which are
+    the bulk's.
     """
     from models.db import dispose_engines
     from worker import enqueue_run, submit_resume
@@ -571,11 +574,11 @@ def w1(name: str, runs: int, credential: str) -> float:
     redis.Redis.from_url(BROKER_URL).flushdb()
     ready_caller()
     worker = start_worker("worker", bench_env(url), INTERLUDE_QUEUES, ["-c", "1"])
-    poller = W1Poller(name)
+    poller = Poller(pg.dsn(name))
     try:
-        done = poller.states().get("succeeded", 0)
         start = time.perf_counter()
         run_ids = [enqueue_run("bench_w1", {"n": i}) for i in range(runs)]
+        poller.only = run_ids
         poller.wait_for("waiting", runs)
         rows = poller.conn.execute(
             "SELECT id, run_id, checkpoint_id, scope, evidence_hash FROM interrupts "
@@ -589,7 +592,7 @@ def w1(name: str, runs: int, credential: str) -> float:
             result = submit_resume(contract(interrupt), credential)
             if not result.accepted:
                 raise RuntimeError(f"resume refused: {result.outcome.value} ({result.reason})")
-        poller.wait_for("succeeded", done + runs)
+        poller.wait_for("succeeded", runs)
         seconds = time.perf_counter() - start
     finally:
         stop_worker(worker)
@@ -687,7 +690,8 @@ def report(result: dict[str, Any]) -> str:
             f"    {label:48s} {reads_ms[key]['median']:7.1f} / {reads_ms[key]['p99']:7.1f}"
         )
     lines.append(
-        f"  sweep of {sweep_['due']} due: {sweep_['seconds']:.2f} s; handled {sweep_['handled']}, "
+        f"  sweep of {sweep_['due']} due: {sweep_['seconds']:.2f} s ({sweep_['sweeps']} sweep(s)); "
+        f"handled {sweep_['handled']}, "
         f"deferred {sweep_['deferred']}, failed {sweep_['failed']}, due after it "
         f"{sweep_['left_due']}; published {sweep_['published']}; runs {sweep_['runs_not_waiting']}"
     )
