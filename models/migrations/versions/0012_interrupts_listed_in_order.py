@@ -3,7 +3,7 @@
 The index on run_id alone goes: the one on (run_id, checkpoint_id) serves its lookups.
 
 Revision ID: interrupts_listed_in_order
-Revises: runs_created_at
+Revises: notifications
 Create Date: 2026-12-05 19:45:00
 """
 
@@ -13,7 +13,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "interrupts_listed_in_order"
-down_revision = "runs_created_at"
+down_revision = "notifications"
 branch_labels = None
 depends_on = None
 
