@@ -109,7 +109,7 @@ class Worker:
     """The measured ``celery worker -c 1``: its two processes, and its tasks' log lines."""
 
     def __init__(self, env: dict[str, str]) -> None:
-        self.proc = start_worker("worker", env, QUEUES, ["-c", "1"])
+        self.proc = start_worker("bench.w2_app", env, QUEUES, ["-c", "1"])
         self.log: Path = self.proc.log_path  # type: ignore[attr-defined]
         pool = children(self.proc.pid)
         if len(pool) != 1:
