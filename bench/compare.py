@@ -102,7 +102,7 @@ def w1_systems(
             "bench.w1", "--runs", str(runs), "--pool", other
         ),
         **_rivals_w1(python, runs, 1),
-        FLOOR: lambda: _ours("bench.w1_floor", "--runs", str(runs)),
+        FLOOR: lambda: _ours("bench.w1_floor", "--runs", str(runs), "--pool", pool),
         IN_PROCESS: lambda: _ours("bench.w1_in_process", "--runs", str(runs)),
     }
 

@@ -371,17 +371,27 @@ def describe_costs(counts: dict[str, Any]) -> str:
 
 
 def rate_main(
-    description: str, run: Callable[..., dict[str, Any]], label: str, *, cpu_option: bool = False
+    description: str,
+    run: Callable[..., dict[str, Any]],
+    label: str,
+    *,
+    cpu_option: bool = False,
+    pool_option: bool = False,
 ) -> None:
     """The command of a W1 variant that only measures a rate: ``--runs N [--json]``, and
-    ``--cpu`` where ``run`` takes ``measure_cpu``."""
+    ``--cpu`` where ``run`` takes ``measure_cpu``, ``--pool`` where it takes ``pool``."""
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--runs", type=int, default=200)
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     if cpu_option:
         parser.add_argument("--cpu", action="store_true", help=CPU_HELP)
+    if pool_option:
+        parser.add_argument("--pool", choices=POOLS, default="prefork", help="the worker's pool")
     args = parser.parse_args()
-    result = run(args.runs, measure_cpu=True) if getattr(args, "cpu", False) else run(args.runs)
+    options: dict[str, Any] = {"pool": args.pool} if pool_option else {}
+    if getattr(args, "cpu", False):
+        options["measure_cpu"] = True
+    result = run(args.runs, **options)
     if args.json:
         print(json.dumps(result))
         return

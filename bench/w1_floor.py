@@ -58,10 +58,11 @@ def _wait_for(phase: str, runs: int) -> None:
         time.sleep(POLL_SECONDS)
 
 
-def run(runs: int, *, measure_cpu: bool = False) -> dict[str, Any]:
+def run(runs: int, *, measure_cpu: bool = False, pool: str = "prefork") -> dict[str, Any]:
     redis.Redis.from_url(BROKER_URL).flushdb()
     _counter.delete("floor:first", "floor:second")
-    worker = start_worker("bench.w1_floor", floor_env(), QUEUE, ["-c", "1"])
+    options = ["--pool", "solo"] if pool == "solo" else ["-c", "1"]
+    worker = start_worker("bench.w1_floor", floor_env(), QUEUE, options)
     try:
         with cpu.spent([worker.pid], enabled=measure_cpu) as spent:
             machine, start = busy_seconds(), time.perf_counter()
@@ -87,4 +88,4 @@ def run(runs: int, *, measure_cpu: bool = False) -> dict[str, Any]:
 
 if __name__ == "__main__":
     with exclusive("bench.w1_floor"):
-        rate_main(__doc__ or "", run, "W1 floor", cpu_option=True)
+        rate_main(__doc__ or "", run, "W1 floor", cpu_option=True, pool_option=True)
