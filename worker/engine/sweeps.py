@@ -370,19 +370,27 @@ def _end(
     *,
     note: str | None = None,
 ) -> None:
-    """The wait is over for good: the interrupt expires, the run expires or is cancelled."""
-    _close(session, interrupt)
+    """The wait is over for good: the interrupt expires, the run expires or is cancelled.
+
+    One round trip: the interrupt's compare-and-set rides on the run's move, written only if
+    the run moved (as a step's commit carries its rows). It cannot miss once the run moved:
+    the batch holds the interrupt's row (``interrupt_store.due`` locks it on PostgreSQL;
+    SQLite has one writer), and whatever else closes a pending interrupt moves its run, or,
+    for an ask of a group, locks the run first as ``_expire_ask`` does."""
     detail = _detail(interrupt)
     if note is not None:
         detail["note"] = note
+    close, values = interrupt_store.transition_write(interrupt, "expire", resolved_by=SYSTEM_ACTOR)
     run_store.move(
         session,
         run,
         trigger,
         actor=SYSTEM_ACTOR,
         detail=detail,
+        writes=[close],
         error=f"interrupt {interrupt.name!r} passed its deadline ({note or interrupt.on_expiry})",
     )
+    interrupt_store.moved(interrupt, values)
     _log(interrupt, trigger)
 
 
