@@ -26,15 +26,7 @@ import redis
 
 from bench import pg
 from bench.processes import BROKER_URL, bench_env, exclusive, stop_worker
-from bench.w1 import (
-    ACTOR,
-    POOLS,
-    Poller,
-    configure,
-    contract,
-    ready_caller,
-    start_workers,
-)
+from bench.w1 import POOLS, Poller, contract, prepare, ready_caller, start_workers
 
 
 def percentiles(values: list[float]) -> dict[str, float]:
@@ -70,14 +62,10 @@ def run(runs: int, rate: float, pool: str = "prefork") -> dict[str, Any]:
     redis.Redis.from_url(BROKER_URL).flushdb()
     with pg.scratch_database("interlude_resume_latency") as name:
         url = pg.sqlalchemy_url(name)
-        configure(url, None)
+        credential = prepare(url)
         from models.db import dispose_engines
-        from models.migrate import upgrade
-        from worker import add_actor, enqueue_run, list_interrupts, submit_resume
+        from worker import enqueue_run, list_interrupts, submit_resume
 
-        upgrade(url)
-        credential = add_actor(ACTOR, ["bench-approver"])
-        dispose_engines()
         ready_caller()
         (worker,) = start_workers("worker", bench_env(url), 1, pool)
         poller = Poller(pg.dsn(name))

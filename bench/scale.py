@@ -70,7 +70,7 @@ from bench.processes import (
     start_worker,
     stop_worker,
 )
-from bench.w1 import ACTOR, Poller, configure, contract, ready_caller
+from bench.w1 import ACTOR, Poller, configure, contract, prepare, ready_caller
 from bench.waiting_rows import SQL_NULL, RunRows, ids_of, is_json, rows_of_run, tables
 
 FLOWS = "bench.flows,bench.scale_flows"
@@ -619,17 +619,13 @@ def w1(name: str, runs: int, credential: str) -> float:
 
 def w1_rounds(full: str, full_credential: str, runs: int, rounds: int) -> dict[str, list[float]]:
     """W1 on the full database and on a fresh empty one, in turn."""
-    from models.migrate import upgrade
-    from worker import add_actor
 
     found: dict[str, list[float]] = {"full": [], "empty": []}
     for _ in range(rounds):
         found["full"].append(w1(full, runs, full_credential))
         with pg.scratch_database("interlude_scale_empty") as empty:
             url = pg.sqlalchemy_url(empty)
-            configure(url, None)
-            upgrade(url)
-            credential = add_actor(ACTOR, ["bench-approver"])
+            credential = prepare(url)
             found["empty"].append(w1(empty, runs, credential))
     return found
 

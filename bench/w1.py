@@ -166,6 +166,20 @@ def configure(url: str, counts_dir: str | None) -> None:
     dispose_engines()
 
 
+def prepare(url: str, counts_dir: str | None = None) -> str:
+    """This process as the caller of a new database at ``url``: migrated, with the bench's
+    approver; its credential. The connections made for it are closed."""
+    configure(url, counts_dir)
+    from models.db import dispose_engines
+    from models.migrate import upgrade
+    from worker import add_actor
+
+    upgrade(url)
+    credential = add_actor(ACTOR, ["bench-approver"])
+    dispose_engines()
+    return credential
+
+
 def ready_caller() -> None:
     """What an application does once, at its start, done before the clock starts: import its
     flows, build the Celery app and import the resume gateway (the first publish and the first
@@ -212,14 +226,9 @@ def run(
     counts_dir = tempfile.mkdtemp(prefix="bench-counts-") if count else None
     with pg.scratch_database("interlude_w1") as name:
         url = pg.sqlalchemy_url(name)
-        configure(url, counts_dir)
+        credential = prepare(url, counts_dir)
         from models.db import dispose_engines
-        from models.migrate import upgrade
-        from worker import add_actor
 
-        upgrade(url)
-        credential = add_actor(ACTOR, ["bench-approver"])
-        dispose_engines()
         ready_caller()
         if count:
             pg.log_statements(name)
@@ -288,14 +297,7 @@ def run_lanes(runs: int, lanes_: int, pool: str = "prefork") -> dict[str, Any]:
     redis.Redis.from_url(BROKER_URL).flushdb()
     with pg.scratch_database("interlude_w1") as name:
         url = pg.sqlalchemy_url(name)
-        configure(url, None)
-        from models.db import dispose_engines
-        from models.migrate import upgrade
-        from worker import add_actor
-
-        upgrade(url)
-        credential = add_actor(ACTOR, ["bench-approver"])
-        dispose_engines()
+        credential = prepare(url)
         env = bench_env(url, **{CREDENTIAL_ENV: credential, DSN_ENV: pg.dsn(name)})
         workers = start_workers("worker", env, lanes_, pool)
         caller = [sys.executable, "-m", "bench.w1", "--caller", "--runs", str(runs // lanes_)]

@@ -21,22 +21,19 @@ from typing import Any
 from bench import pg
 from bench.machine_cpu import busy_seconds
 from bench.processes import exclusive
-from bench.w1 import ACTOR, configure, contract, rate_main
+from bench.w1 import contract, prepare, rate_main
 
 
 def run(runs: int) -> dict[str, Any]:
     with pg.scratch_database("interlude_w1_in_process") as name:
         url = pg.sqlalchemy_url(name)
-        configure(url, None)
+        credential = prepare(url)
         from models.db import dispose_engines
-        from models.migrate import upgrade
-        from worker import add_actor, enqueue_run, list_interrupts, submit_resume
+        from worker import enqueue_run, list_interrupts, submit_resume
         from worker.flows.flow import load_flow_modules
         from worker.testing import recording
 
-        upgrade(url)
         load_flow_modules()
-        credential = add_actor(ACTOR, ["bench-approver"])
         try:
             with recording() as tasks:
                 machine, start = busy_seconds(), time.perf_counter()

@@ -73,7 +73,7 @@ from bench.processes import (
     start_worker,
     stop_worker,
 )
-from bench.w1 import ACTOR, configure, contract
+from bench.w1 import contract, prepare
 from bench.waiting_rows import (
     SQL_NULL,
     RunRows,
@@ -307,13 +307,10 @@ def run(waiting: int, warmup: int, runs: int, sweeps: int, check: int) -> dict[s
     redis.Redis.from_url(BROKER_URL).flushdb()
     with pg.scratch_database("interlude_w2") as name:
         url = pg.sqlalchemy_url(name)
-        configure(url, None)
+        credential = prepare(url)
         from models.db import dispose_engines, get_engine
-        from models.migrate import upgrade
-        from worker import add_actor, enqueue_run
+        from worker import enqueue_run
 
-        upgrade(url)
-        credential = add_actor(ACTOR, ["bench-approver"])
         worker = Worker(bench_env(url))
         conn = psycopg.connect(pg.dsn(name), autocommit=True)
         try:
