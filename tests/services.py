@@ -5,8 +5,10 @@ A missing service skips the tests that need it on a laptop, and fails them when 
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -16,7 +18,7 @@ from typing import Any, Protocol
 
 import pytest
 import redis
-from sqlalchemy import create_engine, text
+from sqlalchemy import Engine, create_engine, func, select, text
 
 ROOT = Path(__file__).resolve().parent.parent
 PG_ADMIN_URL = os.environ.get(
@@ -268,3 +270,36 @@ def broker_down() -> Iterator[list[str]]:
         yield refused
     finally:
         dispatch.set_publisher(previous)
+
+
+def enqueue_elsewhere(env: dict[str, str], count: int, sleep: float) -> list[str]:
+    """Start ``count`` runs of ``effect_steady`` (each step sleeping ``sleep`` s) from another
+    process, with ``env`` (a private broker's URL, say): their ids."""
+    code = (
+        "import json, sys\n"
+        "from worker import enqueue_run\n"
+        "n, sleep = int(sys.argv[1]), float(sys.argv[2])\n"
+        "print(json.dumps([enqueue_run('effect_steady', {'sleep': sleep}) for _ in range(n)]))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(count), str(sleep)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr.decode()[-3000:]
+    run_ids: list[str] = json.loads(done.stdout.decode().strip().splitlines()[-1])
+    return run_ids
+
+
+def runs_in_state(engine: Engine, run_ids: list[str], state: str) -> int:
+    """How many of ``run_ids`` are in ``state``."""
+    from models.tables import Run
+
+    with engine.connect() as conn:
+        return int(
+            conn.execute(
+                select(func.count()).select_from(Run).where(Run.id.in_(run_ids), Run.state == state)
+            ).scalar_one()
+        )

@@ -8,19 +8,15 @@ ever reads. The worker's TMPDIR is the test's own, so any such file is seen.
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 
-from sqlalchemy import create_engine, func, select
+from sqlalchemy import create_engine
 
-from models.tables import Run
 from tests.acceptance.private_services import PrivateRedis
-from tests.services import ROOT, WorkerProcess, wait_for
+from tests.services import WorkerProcess, enqueue_elsewhere, runs_in_state, wait_for
 
 RUNS = 20
 STEP_SECONDS = 0.5
@@ -30,25 +26,6 @@ RECOVERY_ENV = {
     "INTERLUDE_REDISPATCH_AFTER": "4",
     "INTERLUDE_REAP_INTERVAL": "0.5",
 }
-
-
-def _enqueue(env: dict[str, str], count: int) -> list[str]:
-    code = (
-        "import json, sys\n"
-        "from worker import enqueue_run\n"
-        "n, sleep = int(sys.argv[1]), float(sys.argv[2])\n"
-        "print(json.dumps([enqueue_run('effect_steady', {'sleep': sleep}) for _ in range(n)]))\n"
-    )
-    done = subprocess.run(
-        [sys.executable, "-c", code, str(count), str(STEP_SECONDS)],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        timeout=120,
-    )
-    assert done.returncode == 0, done.stderr.decode()[-3000:]
-    run_ids: list[str] = json.loads(done.stdout.decode().strip().splitlines()[-1])
-    return run_ids
 
 
 def _dumps(folder: Path) -> list[str]:
@@ -71,37 +48,20 @@ def test_a_redis_restart_under_a_busy_worker_leaves_no_emergency_dump(
     try:
         worker = start_worker("-c", "2", TMPDIR=str(worker_tmp), **env)
         beat = start_worker("-s", str(tmp_path / "beat-schedule"), kind="beat", **env)
-        run_ids = _enqueue(dict(os.environ, **env), RUNS)
+        run_ids = enqueue_elsewhere(dict(os.environ, **env), RUNS, STEP_SECONDS)
         engine = create_engine(db)
-
-        def succeeded() -> int:
-            with engine.connect() as conn:
-                return int(
-                    conn.execute(
-                        select(func.count())
-                        .select_from(Run)
-                        .where(Run.id.in_(run_ids), Run.state == "succeeded")
-                    ).scalar_one()
-                )
-
-        def running() -> int:
-            with engine.connect() as conn:
-                return int(
-                    conn.execute(
-                        select(func.count())
-                        .select_from(Run)
-                        .where(Run.id.in_(run_ids), Run.state == "running")
-                    ).scalar_one()
-                )
-
         try:
             # When Redis restarts while the worker holds tasks (steps running, one prefetched)
-            wait_for(lambda: running() >= 1, timeout=60)
+            wait_for(lambda: runs_in_state(engine, run_ids, "running") >= 1, timeout=60)
             redis_server.stop()
             time.sleep(2.0)
             redis_server.start()
             # Then every run still finishes
-            wait_for(lambda: succeeded() == RUNS, timeout=120, interval=0.5)
+            wait_for(
+                lambda: runs_in_state(engine, run_ids, "succeeded") == RUNS,
+                timeout=120,
+                interval=0.5,
+            )
         finally:
             engine.dispose()
         # And the worker wrote no emergency dump of the messages it held

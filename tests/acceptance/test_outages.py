@@ -25,7 +25,7 @@ from models.tables import Checkpoint, Effect, Event, Run
 from tests.acceptance.brokers import BROKERS, rabbit_for
 from tests.acceptance.private_services import PrivatePostgres, PrivateRabbit, PrivateRedis
 from tests.flows.effects import applied
-from tests.services import ROOT, WorkerProcess, wait_for
+from tests.services import ROOT, WorkerProcess, enqueue_elsewhere, runs_in_state, wait_for
 
 RUNS = 100
 OUTAGE_SECONDS = 3.0
@@ -63,35 +63,12 @@ def private_broker(
 
 def _enqueue(env: dict[str, str], count: int) -> list[str]:
     """Start runs from another process, which publishes to the private broker."""
-    code = (
-        "import json, sys\n"
-        "from worker import enqueue_run\n"
-        "n, sleep = int(sys.argv[1]), float(sys.argv[2])\n"
-        "ids = [enqueue_run('effect_steady', {'sleep': sleep}) for _ in range(n)]\n"
-        "print(json.dumps(ids))\n"
-    )
-    done = subprocess.run(
-        [sys.executable, "-c", code, str(count), str(STEP_SECONDS)],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        timeout=120,
-    )
-    assert done.returncode == 0, done.stderr.decode()[-3000:]
-    run_ids: list[str] = json.loads(done.stdout.decode().strip().splitlines()[-1])
-    return run_ids
+    return enqueue_elsewhere(env, count, STEP_SECONDS)
 
 
 def _succeeded(engine: Engine, run_ids: list[str]) -> int:
     try:
-        with engine.connect() as conn:
-            return int(
-                conn.execute(
-                    select(func.count())
-                    .select_from(Run)
-                    .where(Run.id.in_(run_ids), Run.state == "succeeded")
-                ).scalar_one()
-            )
+        return runs_in_state(engine, run_ids, "succeeded")
     except Exception:
         return -1  # the database is the one restarting
 
