@@ -14,11 +14,14 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import pytest
 import redis
 from sqlalchemy import Engine, create_engine, func, select, text
+
+if TYPE_CHECKING:
+    from tests.forked import ForkedProcess
 
 ROOT = Path(__file__).resolve().parent.parent
 PG_ADMIN_URL = os.environ.get(
@@ -135,12 +138,10 @@ class WorkerProcess:
         self.env = env
         self.args = args
         self.kind = kind
-        self.proc: subprocess.Popen[bytes] | None = None
+        self.proc: ForkedProcess | subprocess.Popen[bytes] | None = None
 
     def start(self, timeout: float = 30.0) -> WorkerProcess:
-        # Imported here, not at the top: importing ``worker`` creates the Celery app, which must
-        # see the broker that tests/conftest.py sets after importing this module.
-        from worker.ops.processes import start_celery
+        from tests.forked import start_celery
 
         args: list[str] = []
         if self.kind == "worker":

@@ -6,16 +6,13 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import time
 import uuid
 from pathlib import Path
 
 import httpx
 
-from tests.services import ROOT
-
-SERVE = [sys.executable, "-c", "import sys; from worker.cli import main; sys.exit(main())"]
+from tests.forked import ForkedProcess, spawn_interlude
 
 
 def free_port() -> int:
@@ -31,17 +28,11 @@ class WebServer:
         self.log_path = log_dir / f"serve-{uuid.uuid4().hex[:6]}.log"
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.proc: subprocess.Popen[bytes] | None = None
+        self.proc: ForkedProcess | subprocess.Popen[bytes] | None = None
 
     def start(self, timeout: float = 30.0) -> WebServer:
-        self.log = self.log_path.open("wb")
-        self.proc = subprocess.Popen(
-            [*SERVE, "serve", "--port", str(self.port)],
-            cwd=ROOT,
-            env=self.env,
-            stdout=self.log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
+        self.proc = spawn_interlude(
+            ["serve", "--port", str(self.port)], env=self.env, log_path=self.log_path
         )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline and self.proc.poll() is None:
@@ -63,8 +54,6 @@ class WebServer:
             except subprocess.TimeoutExpired:
                 os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait(10)
-        if hasattr(self, "log"):
-            self.log.close()
 
     def output(self) -> str:
         return self.log_path.read_text(errors="replace")

@@ -27,6 +27,7 @@ import pytest
 from models.contracts import InterruptView
 from models.db import utcnow
 from tests.conftest import worker_env
+from tests.forked import run_interlude
 from tests.services import ROOT, WorkerProcess, wait_for
 from worker import add_actor, enqueue_run, get_run, list_resume_attempts
 
@@ -57,15 +58,7 @@ class Cli:
         env = dict(self.env)
         if token is not None:
             env["INTERLUDE_ACTOR_TOKEN"] = token
-        done = subprocess.run(
-            [str(INTERLUDE), *args],
-            cwd=ROOT,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
+        done = run_interlude(args, env=env)
         ran = Ran(args, done.returncode, done.stdout, done.stderr)
         self.history.append(ran)
         return ran

@@ -10,8 +10,9 @@ from pathlib import Path
 
 from tests.conftest import worker_env
 from tests.flows.history import shipments
+from tests.forked import run_interlude
 from tests.resumes import wait_finished
-from tests.services import ROOT, WorkerProcess
+from tests.services import WorkerProcess
 from worker import add_actor, enqueue_run
 
 INTERLUDE = Path(sys.executable).parent / "interlude"
@@ -19,9 +20,7 @@ INTERLUDE = Path(sys.executable).parent / "interlude"
 
 def _cli(database_url: str, *args: str, token: str = "") -> subprocess.CompletedProcess[str]:
     env = {**os.environ, **worker_env(database_url), "INTERLUDE_ACTOR_TOKEN": token}
-    return subprocess.run(
-        [str(INTERLUDE), *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60
-    )
+    return run_interlude(args, env=env, timeout=60)
 
 
 def test_steps_result_and_fork_from_the_command_line(

@@ -26,7 +26,8 @@ from sqlalchemy import select
 from models.contracts import InterruptView
 from models.db import transaction
 from models.tables import Event
-from tests.services import ROOT, WorkerProcess, wait_for
+from tests.forked import run_interlude
+from tests.services import WorkerProcess, wait_for
 from worker import add_actor, get_interrupt, get_run
 
 INTERLUDE = Path(sys.executable).parent / "interlude"
@@ -48,15 +49,7 @@ def _cli(
     env.pop("INTERLUDE_ACTOR_TOKEN", None)
     if token is not None:
         env["INTERLUDE_ACTOR_TOKEN"] = token
-    return subprocess.run(
-        [str(INTERLUDE), *args],
-        cwd=ROOT,
-        env=env,
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    return run_interlude(args, env=env)
 
 
 def _start(db: str, flow: str, payload: dict[str, Any]) -> str:

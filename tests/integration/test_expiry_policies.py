@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import subprocess
 import sys
 from datetime import timedelta
 from pathlib import Path
@@ -22,7 +21,8 @@ from models.db import transaction, utcnow
 from models.tables import Interrupt, Run
 from tests.flows import expiry, expiry_policies
 from tests.flows.expiry_policies import broken_key, price_key
-from tests.services import ROOT, wait_for
+from tests.forked import run_interlude
+from tests.services import wait_for
 from worker import (
     add_actor,
     enqueue_run,
@@ -276,15 +276,7 @@ def test_the_sweep_command_says_what_it_left_undone(
     env["INTERLUDE_DATABASE_URL"] = database_url
 
     def sweep(*args: str) -> str:
-        done = subprocess.run(
-            [str(INTERLUDE), "sweep", *args],
-            cwd=ROOT,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
+        done = run_interlude(["sweep", *args], env=env)
         assert done.returncode == 0, done.stderr
         return done.stdout
 

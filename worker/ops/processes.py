@@ -13,6 +13,7 @@ import sys
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Protocol
 
 # What each kind of process logs once it accepts work.
 READY_MARKERS = {"worker": b" ready.", "beat": b"beat: Starting"}
@@ -22,6 +23,18 @@ STOP_SECONDS = 15.0
 
 class ProcessStartError(RuntimeError):
     """The process exited, or did not log its ready marker in time; carries its log's tail."""
+
+
+class Process(Protocol):
+    """What is needed of a started process: a ``subprocess.Popen``, or a process the tests
+    fork from one that has imported Celery already."""
+
+    @property
+    def pid(self) -> int: ...
+
+    def poll(self) -> int | None: ...
+
+    def wait(self, timeout: float | None = None) -> int: ...
 
 
 def start_celery(
@@ -34,22 +47,32 @@ def start_celery(
     timeout: float = START_SECONDS,
 ) -> subprocess.Popen[bytes]:
     """Start ``celery -A worker <kind> <args>`` and return it once it logged that it is ready."""
-    marker = READY_MARKERS[kind]
-    # The ready marker is logged at INFO.
-    command = [sys.executable, "-m", "celery", "-A", "worker", kind, "-l", "info", *args]
     with log_path.open("ab") as log:
         process = subprocess.Popen(
-            command,
+            celery_command(kind, args),
             cwd=cwd,
             env=dict(env),
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
+    wait_until_ready(process, kind, log_path, timeout)
+    return process
+
+
+def celery_command(kind: str, args: Sequence[str]) -> list[str]:
+    """``celery -A worker <kind>`` with this Python; its ready marker is logged at INFO."""
+    return [sys.executable, "-m", "celery", "-A", "worker", kind, "-l", "info", *args]
+
+
+def wait_until_ready(process: Process, kind: str, log_path: Path, timeout: float) -> None:
+    """Return once ``process`` logged its ready marker; else stop it and raise
+    ``ProcessStartError`` with its log's tail."""
+    marker = READY_MARKERS[kind]
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if marker in log_path.read_bytes():
-            return process
+            return
         if process.poll() is not None:
             break
         time.sleep(0.1)
@@ -58,7 +81,7 @@ def start_celery(
     raise ProcessStartError(f"celery {kind} did not start (log {log_path}):\n{tail}")
 
 
-def stop_process(process: subprocess.Popen[bytes], timeout: float = STOP_SECONDS) -> None:
+def stop_process(process: Process, timeout: float = STOP_SECONDS) -> None:
     """SIGTERM the process group (a warm shutdown), SIGKILL it if it is still there after."""
     if process.poll() is not None:
         return
@@ -69,7 +92,7 @@ def stop_process(process: subprocess.Popen[bytes], timeout: float = STOP_SECONDS
         kill_process(process)
 
 
-def kill_process(process: subprocess.Popen[bytes]) -> None:
+def kill_process(process: Process) -> None:
     """SIGKILL the whole process group: the main process and its pool children."""
     if process.poll() is None:
         os.killpg(process.pid, signal.SIGKILL)
