@@ -10,6 +10,7 @@ this one" exists once, in ``supersede``, for escalations and renewed reviews ali
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -175,23 +176,35 @@ def moved(interrupt: Interrupt, values: dict[str, Any]) -> None:
 
 
 def supersede(
-    session: Session, old: Interrupt, *, resolved_by: str, **changes: Any
-) -> Interrupt | None:
-    """A new pending interrupt asks in place of ``old``, which becomes ``superseded``.
+    session: Session,
+    old: Interrupt,
+    renewed: Interrupt,
+    *,
+    resolved_by: str,
+    writes: Sequence[Write] = (),
+) -> bool:
+    """``renewed`` (a ``successor`` of ``old``) asks in place of ``old``, which becomes
+    ``superseded``; ``writes`` (the run's event) go with them. False, and nothing written, if
+    ``old`` was no longer pending.
 
-    It inherits everything but ``changes`` and its own identity; its deadline keeps the old
-    one's duration unless ``changes`` sets one. None if ``old`` was no longer pending.
-    """
-    renewed = _successor(old, changes)
-    if not transition(session, old, "supersede", superseded_by=renewed.id, resolved_by=resolved_by):
-        return None
-    session.add(renewed)
-    session.flush()
-    # Whoever was to hear of the old one hears of its successor (in this transaction).
+    One statement on PostgreSQL: the compare-and-set on ``old``, the new row, the
+    notifications owed of it (whoever was to hear of the old one hears of its successor) and
+    ``writes`` riding along, guarded on the compare-and-set."""
+    move, values = transition_write(
+        old, "supersede", superseded_by=renewed.id, resolved_by=resolved_by
+    )
     now = utcnow()
     due_at = now + timedelta(seconds=notify_due_in(get_settings()))
-    notification_store.owe_successor(session, old.id, renewed.id, now=now, due_at=due_at)
-    return renewed
+    riding = [
+        Write(INTERRUPT_INSERT, (), {c: getattr(renewed, c) for c in INTERRUPT_COLUMNS}),
+        notification_store.successor_write(old.id, renewed.id, now=now, due_at=due_at),
+        *writes,
+    ]
+    # (Counted by its rows: SQLite's count of an UPDATE ... RETURNING is not final before.)
+    if len(dialect(session).execute_with(session, move, riding).all()) != 1:
+        return False
+    moved(old, values)
+    return True
 
 
 def close_pending(session: Session, run_id: str, trigger: str, **values: Any) -> list[str]:
@@ -230,13 +243,16 @@ def ask_again(session: Session, answered: Interrupt, **changes: Any) -> Interrup
     (``supersedes``) and is resolved with the same answer, or stays pending for a renewed
     review. Its deadline keeps the old one's duration unless ``changes`` sets one.
     """
-    asked = _successor(answered, changes)
+    asked = successor(answered, **changes)
     session.add(asked)
     session.flush()
     return asked
 
 
-def _successor(old: Interrupt, changes: dict[str, Any]) -> Interrupt:
+def successor(old: Interrupt, **changes: Any) -> Interrupt:
+    """A new pending interrupt asking what ``old`` asks: everything but ``changes`` and its own
+    identity inherited; its deadline keeps the old one's duration unless ``changes`` sets one.
+    Not written: ``supersede`` writes it."""
     now = utcnow()
     columns = {c: getattr(old, c) for c in INTERRUPTS.columns.keys() if c not in NOT_INHERITED}  # noqa: SIM118
     return Interrupt(

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Integer, Table, bindparam, func, insert, literal, null, select, update
+from sqlalchemy import Integer, Table, bindparam, func, insert, literal, null, select, true, update
 from sqlalchemy.orm import Session
 from sqlalchemy.sql import FromClause
 from sqlalchemy.sql.dml import UpdateBase
@@ -89,33 +89,34 @@ def owe(session: Session, writes: list[Write]) -> None:
         dialect(session).execute(session, write)
 
 
-def owe_successor(
-    session: Session, old_id: str, new_id: str, *, now: datetime, due_at: datetime
-) -> None:
+def successor_write(old_id: str, new_id: str, *, now: datetime, due_at: datetime) -> Write:
     """The notifiers owed news of ``old_id`` are owed news of ``new_id``, which supersedes it
-    (an escalation, a renewed review), whatever became of the old notifications."""
+    (an escalation, a renewed review), whatever became of the old notifications: the INSERT
+    riding along the supersede (``models.interrupts.supersede``)."""
     params = {"old_id": old_id, "new_id": new_id, "new_at": now, "new_due_at": due_at}
-    session.execute(dialect(session).built(NOTIFICATION_OWE_SUCCESSOR), params)
+    return Write(NOTIFICATION_OWE_SUCCESSOR, (), params)
 
 
-@named("notification.owe_successor")
-def NOTIFICATION_OWE_SUCCESSOR(d: Dialect) -> Any:
-    """Owe the notifiers of a superseded interrupt news of its successor, one row each
-    (``owe_successor``: ``models.interrupts.supersede``, for escalations and renewed reviews)."""
+@named("notification.owe_successor", ride=True)
+def NOTIFICATION_OWE_SUCCESSOR(d: Dialect, prefix: str, guard: FromClause | None) -> Any:
+    """Owe the notifiers of a superseded interrupt news of its successor, one row each,
+    riding along the supersede (``successor_write``: escalations and renewed reviews)."""
     n = NOTIFICATIONS.c
     rows = select(
-        bindparam("new_id", type_=n.interrupt_id.type),
+        bindparam(prefix + "new_id", type_=n.interrupt_id.type),
         n.notifier,
         n.run_id,
         n.flow_name,
         n.flow_version,
         literal(OWED, type_=n.status.type),
         literal(1, type_=Integer),
-        bindparam("new_due_at", type_=n.due_at.type),
+        bindparam(prefix + "new_due_at", type_=n.due_at.type),
         null(),
-        bindparam("new_at", type_=n.created_at.type),
+        bindparam(prefix + "new_at", type_=n.created_at.type),
         null(),
-    ).where(n.interrupt_id == bindparam("old_id"))
+    ).where(n.interrupt_id == bindparam(prefix + "old_id"))
+    if guard is not None:
+        rows = rows.select_from(NOTIFICATIONS.join(guard, true()))
     return insert(NOTIFICATIONS).from_select(list(COLUMNS), rows)
 
 

@@ -402,17 +402,14 @@ def _escalate(
     now: datetime,
     held: _HeldRoles,
 ) -> AfterCommit:
-    """A new pending interrupt for the escalation roles supersedes the old one."""
-    renewed = interrupt_store.supersede(
-        session,
+    """A new pending interrupt for the escalation roles supersedes the old one; the run's
+    event goes with them."""
+    renewed = interrupt_store.successor(
         interrupt,
-        resolved_by=SYSTEM_ACTOR,
         roles=list(escalation["roles"]),
         deadline=now + timedelta(seconds=float(escalation["expires_in"])),
         escalation_level=interrupt.escalation_level + 1,
     )
-    if renewed is None:
-        raise _Resolved
     detail = {
         **_detail(interrupt),
         "new_interrupt_id": renewed.id,
@@ -421,8 +418,17 @@ def _escalate(
         "new_deadline": renewed.deadline.isoformat(),
     }
     # Not refused: a role may be granted before the new deadline. Until then nobody can answer.
-    if held.none_of(renewed.roles):
+    unheld = held.none_of(renewed.roles)
+    if unheld:
         detail["note"] = UNHELD
+    event = run_store.events_insert(
+        session, run.id, actor=SYSTEM_ACTOR, events=[(EventKind.ESCALATE, detail)]
+    )
+    if not interrupt_store.supersede(
+        session, interrupt, renewed, resolved_by=SYSTEM_ACTOR, writes=event
+    ):
+        raise _Resolved
+    if unheld:
         log.warning(
             "interrupt %s escalated to roles %s (as interrupt %s): %s",
             interrupt.id,
@@ -431,9 +437,6 @@ def _escalate(
             UNHELD,
             extra={"action": "escalate_unheld", "run_id": run.id},
         )
-    run_store.record_event(
-        session, run.id, actor=SYSTEM_ACTOR, kind=EventKind.ESCALATE, detail=detail
-    )
     _log(interrupt, "escalate")
     return _notifying(run, renewed)
 

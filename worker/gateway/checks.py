@@ -245,21 +245,17 @@ def _renew(
     changes: dict[str, Any],
     detail: dict[str, Any],
 ) -> Interrupt:
-    """A new interrupt supersedes ``interrupt`` with ``changes``, the submitted input kept."""
-    renewed = interrupt_store.supersede(
-        session,
-        interrupt,
-        resolved_by="system:revalidation",
-        previous_input=submitted,
-        **changes,
-    )
-    if renewed is None:
-        raise Refusal(ResumeOutcome.STALE, "interrupt was resolved concurrently")
-    run_store.record_event(
+    """A new interrupt supersedes ``interrupt`` with ``changes``, the submitted input kept;
+    the run's event goes with them."""
+    renewed = interrupt_store.successor(interrupt, previous_input=submitted, **changes)
+    event = run_store.events_insert(
         session,
         run.id,
         actor="system:revalidation",
-        kind=EventKind.REVIEW_RENEWED,
-        detail={"old": interrupt.id, "new": renewed.id, **detail},
+        events=[(EventKind.REVIEW_RENEWED, {"old": interrupt.id, "new": renewed.id, **detail})],
     )
+    if not interrupt_store.supersede(
+        session, interrupt, renewed, resolved_by="system:revalidation", writes=event
+    ):
+        raise Refusal(ResumeOutcome.STALE, "interrupt was resolved concurrently")
     return renewed
