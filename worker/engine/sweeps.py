@@ -219,14 +219,14 @@ def _sweep_batch_once(now: datetime, size: int, *, isolated: bool) -> _Batch:
                 continue
             if not isolated:
                 try:
-                    done = _apply(session, interrupt, run, now, held)
+                    done = _apply(session, interrupt, run, now, held, isolated=False)
                 except Exception as exc:
                     raise _Isolate from exc
                 _applied(result, done)
                 continue
             try:
                 with session.begin_nested():
-                    done = _apply(session, interrupt, run, now, held)
+                    done = _apply(session, interrupt, run, now, held, isolated=True)
             except _Resolved:
                 _forget(session, interrupt, run)
                 log.info(
@@ -280,9 +280,16 @@ def _forget(session: Session, *rows: Interrupt | Run | None) -> None:
 
 
 def _apply(
-    session: Session, interrupt: Interrupt, run: Run | None, now: datetime, held: _HeldRoles
+    session: Session,
+    interrupt: Interrupt,
+    run: Run | None,
+    now: datetime,
+    held: _HeldRoles,
+    *,
+    isolated: bool,
 ) -> AfterCommit | None:
-    """Apply ``interrupt``'s policy; returns what to do after commit, if anything."""
+    """Apply ``interrupt``'s policy; returns what to do after commit, if anything.
+    ``isolated``: in a savepoint of its own (else a failure rolls the whole batch back)."""
     if run is None or not _waits_on(run, interrupt):
         _close(session, interrupt)
         run_store.record_event(
@@ -306,7 +313,7 @@ def _apply(
         _end(session, interrupt, run, EventKind.EXPIRE, note="escalation limit reached")
         return None
     if policy is ExpiryPolicy.DEFAULT:
-        return _default(session, interrupt, run)
+        return _default(session, interrupt, run, isolated=isolated)
     if policy is ExpiryPolicy.EXPIRE and interrupt.ask_group is not None:
         _expire_ask(session, interrupt, run)
         return None
@@ -462,8 +469,11 @@ def _notifying(run: Run, interrupt: Interrupt) -> AfterCommit:
     return tell_notifiers
 
 
-def _default(session: Session, interrupt: Interrupt, run: Run) -> AfterCommit | None:
-    """Resume with the declared default input, through the gateway's own acceptance path."""
+def _default(
+    session: Session, interrupt: Interrupt, run: Run, *, isolated: bool
+) -> AfterCommit | None:
+    """Resume with the declared default input, through the gateway's own acceptance path.
+    Outside a savepoint of its own, a lost race raises: the batch is applied again, isolated."""
     try:
         done = resume_as_system(
             session,
@@ -471,6 +481,7 @@ def _default(session: Session, interrupt: Interrupt, run: Run) -> AfterCommit | 
             actor_id=SYSTEM_ACTOR,
             input=interrupt.default_input or {},
             reason="default input refused",
+            isolated=isolated,
         )
     except SystemDeferred as deferred:
         # Fail closed: an approval this process cannot check waits for one that can.

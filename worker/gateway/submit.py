@@ -228,6 +228,7 @@ def resume_as_system(
     reason: str,
     actor_type: str = "service",
     given: bool = False,
+    isolated: bool = True,
 ) -> SystemResume:
     """Approve ``interrupt`` with ``input`` on the system's behalf (the ``default`` expiry policy).
 
@@ -243,6 +244,11 @@ def resume_as_system(
     ``given``: an answer an actor gave earlier (an event kept in the run's mailbox), delivered
     now as that actor's: without the flow's code here its revalidation is left to the worker,
     as for a person's resume, rather than deferred.
+
+    ``isolated=False``: the caller rolls its whole transaction back on an exception (the
+    sweep's batch, applied again with a savepoint per interrupt): the acceptance then takes no
+    savepoint of its own (two round trips), and a lost race raises ``LostRace`` instead of
+    being recorded.
     """
     run = run_store.find_run(session, interrupt.run_id)
     contract = ResumeContract(
@@ -297,6 +303,9 @@ def resume_as_system(
                 new_interrupt_id=renewed.id,
             )
             return SystemResume(result, renewed=(code[0], renewed))
+        if not isolated:
+            accepted = accept(session, contract, submitted, attempt, interrupt, run)
+            return SystemResume(accepted.result, released=accepted.released)
         # A savepoint here: the sweep goes on with its batch after a lost race.
         with session.begin_nested():
             accepted = accept(session, contract, submitted, attempt, interrupt, run)
@@ -304,6 +313,8 @@ def resume_as_system(
     except Undecided as undecided:
         raise SystemDeferred(undecided.reason) from None
     except LostRace as lost:
+        if not isolated:
+            raise
         return SystemResume(
             attempts.record_in(session, attempt, ResumeOutcome.STALE, f"{reason}: {lost}")
         )
