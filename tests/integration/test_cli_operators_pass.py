@@ -53,7 +53,9 @@ def test_purge_takes_an_age_and_a_date_a_day_ahead_as_now() -> None:
     now = datetime.now(UTC)
     assert abs(finished_before("1h") - (now - timedelta(hours=1))) < timedelta(seconds=5)
     assert abs(finished_before("7d") - (now - timedelta(days=7))) < timedelta(seconds=5)
-    tomorrow = (now + timedelta(hours=20)).date().isoformat()
+    # Tomorrow's midnight is ahead of now, and at most a day ahead, whatever the time of day
+    # (now + 20 h was still today before 04:00 UTC)
+    tomorrow = (now + timedelta(days=1)).date().isoformat()
     assert abs(finished_before(tomorrow) - now) < timedelta(seconds=5)
 
 
