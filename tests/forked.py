@@ -163,12 +163,15 @@ def _starts_differently(env: Mapping[str, str]) -> bool:
 
 class _Zygote:
     def __init__(self) -> None:
+        # Unbuffered: an answer is waited for with select() on the pipe, which cannot see
+        # lines a buffered reader has already taken from it (a command that ends at once
+        # sends its pid and its status together).
         self.process = subprocess.Popen(
             [sys.executable, __file__],
             cwd=ROOT,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
-            text=True,
+            bufsize=0,
         )
         self.lock = threading.Lock()
         self.scratch = Path(tempfile.mkdtemp(prefix="interlude-zygote-"))
@@ -179,8 +182,7 @@ class _Zygote:
 
     def _ask(self, request: dict[str, Any]) -> int:
         assert self.process.stdin is not None and self.process.stdout is not None
-        self.process.stdin.write(json.dumps(request) + "\n")
-        self.process.stdin.flush()
+        self.process.stdin.write(json.dumps(request).encode() + b"\n")
         return int(_answer(self.process.stdout, 60)["pid"])
 
     def run(
@@ -224,11 +226,11 @@ class _Zygote:
             return ForkedProcess(self._ask(request), exit_path)
 
 
-def _answer(stream: IO[str], timeout: float) -> dict[str, Any]:
+def _answer(stream: IO[bytes], timeout: float) -> dict[str, Any]:
     ready, _, _ = select.select([stream], [], [], timeout)
     if not ready:
         raise subprocess.TimeoutExpired("interlude", timeout)
-    line = stream.readline()
+    line = stream.readline()  # (byte by byte: nothing past the line is taken from the pipe)
     if not line:
         raise RuntimeError("the tests' zygote went away")
     answer: dict[str, Any] = json.loads(line)
