@@ -76,14 +76,18 @@ def new_interrupt(
         escalation_level=0,
         created_at=now,
     )
-    row = {column: getattr(interrupt, column) for column in INTERRUPT_COLUMNS}
-    return interrupt, Write(INTERRUPT_INSERT, (), row)
+    return interrupt, insert_write(interrupt)
+
+
+def insert_write(interrupt: Interrupt) -> Write:
+    """The INSERT of ``interrupt`` (not yet written), to ride along another statement."""
+    return Write(INTERRUPT_INSERT, (), {c: getattr(interrupt, c) for c in INTERRUPT_COLUMNS})
 
 
 @named("interrupt.insert", ride=True)
 def INTERRUPT_INSERT(d: Dialect, prefix: str, guard: FromClause | None) -> UpdateBase:
     """Record a new pending interrupt, riding along the run's ``suspend`` (``new_interrupt``:
-    a step that asks)."""
+    a step that asks) or the old interrupt's ``supersede`` (an escalation, a renewed review)."""
     return insert_row(insert(INTERRUPTS), INTERRUPTS, INTERRUPT_COLUMNS, prefix, guard)
 
 
@@ -196,7 +200,7 @@ def supersede(
     now = utcnow()
     due_at = now + timedelta(seconds=notify_due_in(get_settings()))
     riding = [
-        Write(INTERRUPT_INSERT, (), {c: getattr(renewed, c) for c in INTERRUPT_COLUMNS}),
+        insert_write(renewed),
         notification_store.successor_write(old.id, renewed.id, now=now, due_at=due_at),
         *writes,
     ]

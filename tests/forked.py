@@ -1,25 +1,26 @@
 """``interlude`` commands and Celery processes for the tests, each a new process forked from one
 that has imported their code already.
 
-The suite runs some 400 commands and 150 workers; as processes of their own, each spent most of
-its CPU importing Celery, SQLAlchemy, psycopg, pydantic and our modules again: half of the whole
-suite's CPU. Here a zygote (one per test process, started at its first use) imports them once
-and forks a child per command or process. The child is what ``interlude`` or ``python -m
-celery`` would be: a new process with its own arguments, environment, working directory and
-standard streams, running the console script's ``main`` (``worker.cli.main``, Celery's
-``main``), whose exit status, output and exit handlers are theirs. Only the imports are shared,
-and none of them reads the environment: the zygote never imports the Celery app (``worker.app``,
-``worker.engine.tasks``), builds no settings and opens no connection, and it refuses to start
-if something it imports does.
+The suite runs some 400 commands and 190 Celery and web processes; as processes of their own,
+each spent most of its CPU importing Celery, SQLAlchemy, psycopg, pydantic and our modules
+again: more than half of the whole suite's CPU. Here a zygote (one per test process, started at
+its first use) imports them once and forks a child per command or process. The child is what
+``interlude`` or ``python -m celery`` would be: a new process with its own arguments,
+environment, working directory and standard streams, running the console script's ``main``
+(``worker.cli.main``, Celery's ``main``), whose exit status, output and exit handlers are
+theirs. Only the imports are shared, and none of them reads the environment: the zygote never
+imports the Celery app (``worker.app``, ``worker.engine.tasks``), builds no settings and opens
+no connection, and it refuses to start if something it imports does.
 
 What stays with a real ``exec``: the tests about the console script itself (packaging, first
 run, the demo), commands on a terminal, and any command whose environment changes how Python
-itself starts (``PYTHON*``, the locale), which ``run_interlude`` and ``start_celery`` give to
-``subprocess``.
+itself starts (``PYTHON*``, the locale), which ``run_interlude``, ``start_celery`` and
+``spawn_interlude`` give to ``subprocess``.
 
 Run as a script, this module is the zygote: it reads one JSON request a line on its standard
-input and answers each with the child's pid, then, for a command, its exit status. A Celery
-process is watched by a forked monitor that writes its exit status to a file when it ends.
+input and answers each with the child's pid, then, for a command, its exit status. A process
+left running (Celery's, ``interlude serve``) is watched by a forked monitor that writes its
+exit status to a file when it ends.
 """
 
 from __future__ import annotations
@@ -47,6 +48,9 @@ ROOT = Path(__file__).resolve().parent.parent
 # runs as a real subprocess.
 STARTUP_PREFIXES = ("PYTHON", "LC_")
 STARTUP_NAMES = ("LANG",)
+# The two programs a child runs: the console script's main, or Celery's.
+INTERLUDE_MAIN = "interlude"
+CELERY_MAIN = "celery"
 # What the Celery app reads at import: never imported by the zygote.
 NOT_SHARED = ("worker.app", "worker.engine.tasks")
 
@@ -71,7 +75,7 @@ def run_interlude(
             text=True,
             timeout=timeout,
         )
-    return _zygote().run([str(INTERLUDE), *args], env, str(cwd), input, timeout)
+    return _zygote().run(INTERLUDE_MAIN, [str(INTERLUDE), *args], env, str(cwd), input, timeout)
 
 
 def start_celery(
@@ -94,7 +98,7 @@ def start_celery(
     command = processes.celery_command(kind, args)
     # As ``python -m celery`` has them: the module's file first, the working folder on the path.
     argv = [str(Path(__import__("celery").__file__).parent / "__main__.py"), *command[3:]]
-    process = _zygote().spawn(argv, env, str(cwd), log_path)
+    process = _zygote().spawn(CELERY_MAIN, argv, env, str(cwd), log_path)
     processes.wait_until_ready(process, kind, log_path, timeout)
     return process
 
@@ -115,7 +119,7 @@ def spawn_interlude(
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
-    return _zygote().spawn([str(INTERLUDE), *args], env, str(cwd), log_path)
+    return _zygote().spawn(INTERLUDE_MAIN, [str(INTERLUDE), *args], env, str(cwd), log_path)
 
 
 class ForkedProcess:
@@ -140,16 +144,6 @@ class ForkedProcess:
             time.sleep(0.02)
         assert self.returncode is not None
         return self.returncode
-
-    def send_signal(self, signum: int) -> None:
-        if self.poll() is None:
-            os.kill(self.pid, signum)
-
-    def terminate(self) -> None:
-        self.send_signal(signal.SIGTERM)
-
-    def kill(self) -> None:
-        self.send_signal(signal.SIGKILL)
 
 
 def _starts_differently(env: Mapping[str, str]) -> bool:
@@ -186,12 +180,19 @@ class _Zygote:
         return int(_answer(self.process.stdout, 60)["pid"])
 
     def run(
-        self, argv: list[str], env: Mapping[str, str], cwd: str, input: str | None, timeout: float
+        self,
+        program: str,
+        argv: list[str],
+        env: Mapping[str, str],
+        cwd: str,
+        input: str | None,
+        timeout: float,
     ) -> subprocess.CompletedProcess[str]:
         with self.lock, tempfile.TemporaryDirectory(dir=self.scratch) as scratch:
             paths = {name: os.path.join(scratch, name) for name in ("stdin", "stdout", "stderr")}
             Path(paths["stdin"]).write_text(input or "")
-            pid = self._ask({"op": "run", "argv": argv, "env": dict(env), "cwd": cwd, **paths})
+            request = {"op": "run", "program": program, "argv": argv, "env": dict(env), "cwd": cwd}
+            pid = self._ask({**request, **paths})
             assert self.process.stdout is not None
             try:
                 status = int(_answer(self.process.stdout, timeout)["status"])
@@ -207,7 +208,7 @@ class _Zygote:
             )
 
     def spawn(
-        self, argv: list[str], env: Mapping[str, str], cwd: str, log_path: Path
+        self, program: str, argv: list[str], env: Mapping[str, str], cwd: str, log_path: Path
     ) -> ForkedProcess:
         log_path.touch()  # read for the ready marker from now on
         with self.lock:
@@ -215,12 +216,11 @@ class _Zygote:
             exit_path = self.scratch / f"exit-{self.spawned}"
             request = {
                 "op": "spawn",
+                "program": program,
                 "argv": argv,
                 "env": dict(env),
                 "cwd": cwd,
-                "stdin": os.devnull,
-                "stdout": str(log_path),
-                "stderr": str(log_path),
+                "log": str(log_path),
                 "exit": str(exit_path),
             }
             return ForkedProcess(self._ask(request), exit_path)
@@ -337,16 +337,19 @@ def _child(request: dict[str, Any]) -> None:
     """The command or process: its streams, environment, folder and arguments, then its
     ``main``; it leaves as the interpreter would, but for freeing every object the zygote
     imported (a third of a command's CPU): exit handlers run, streams are flushed."""
-    appending = os.O_WRONLY | os.O_CREAT | os.O_APPEND
-    modes = {"stdin": os.O_RDONLY, "stdout": os.O_WRONLY | os.O_CREAT | os.O_TRUNC}
-    if request["op"] == "spawn":
-        modes["stdout"] = appending
-    for fd, name in ((0, "stdin"), (1, "stdout"), (2, "stderr")):
-        if name == "stderr" and request["stderr"] == request["stdout"]:
-            os.dup2(1, 2)
-            continue
-        opened = os.open(request[name], modes.get(name, appending | os.O_TRUNC), 0o600)
-        os.dup2(opened, fd)
+    # A command: its standard input, output and error in files of its own. A process left
+    # running: no input, both outputs appended to its log.
+    spawned = request["op"] == "spawn"
+    streams = [(request.get("stdin", os.devnull), os.O_RDONLY, (0,))]
+    if spawned:
+        streams.append((request["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, (1, 2)))
+    else:
+        written = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
+        streams += [(request["stdout"], written, (1,)), (request["stderr"], written, (2,))]
+    for path, mode, fds in streams:
+        opened = os.open(path, mode, 0o600)
+        for fd in fds:
+            os.dup2(opened, fd)
         os.close(opened)
     os.environ.clear()
     os.environ.update(request["env"])
@@ -354,7 +357,7 @@ def _child(request: dict[str, Any]) -> None:
     sys.argv = list(request["argv"])
     signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
-        if sys.argv[0].endswith("__main__.py"):
+        if request["program"] == CELERY_MAIN:
             sys.path[0] = request["cwd"]
             from celery.__main__ import main as celery_main
 

@@ -13,7 +13,6 @@ import select
 import signal
 import socket
 import subprocess
-import sys
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -27,11 +26,10 @@ import pytest
 from models.contracts import InterruptView
 from models.db import utcnow
 from tests.conftest import worker_env
-from tests.forked import run_interlude
+from tests.forked import INTERLUDE, run_interlude
 from tests.services import ROOT, WorkerProcess, wait_for
 from worker import add_actor, enqueue_run, get_run, list_resume_attempts
 
-INTERLUDE = Path(sys.executable).parent / "interlude"
 FINISHED = {"succeeded", "failed", "cancelled", "expired"}
 
 

@@ -5,8 +5,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
-from pathlib import Path
 
 from tests.conftest import worker_env
 from tests.flows.history import shipments
@@ -14,8 +12,6 @@ from tests.forked import run_interlude
 from tests.resumes import wait_finished
 from tests.services import WorkerProcess
 from worker import add_actor, enqueue_run
-
-INTERLUDE = Path(sys.executable).parent / "interlude"
 
 
 def _cli(database_url: str, *args: str, token: str = "") -> subprocess.CompletedProcess[str]:

@@ -15,9 +15,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -30,7 +28,6 @@ from tests.forked import run_interlude
 from tests.services import WorkerProcess, wait_for
 from worker import add_actor, get_interrupt, get_run
 
-INTERLUDE = Path(sys.executable).parent / "interlude"
 V1 = "tests.flows.versions_v1"
 V2 = "tests.flows.versions_v2"
 pytestmark = pytest.mark.slow

@@ -7,9 +7,7 @@ from __future__ import annotations
 import json
 import logging
 import os
-import sys
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -38,7 +36,6 @@ from worker.runs import list_events
 from worker.testing import TaskRecorder, drain
 
 SYSTEM = "system:expiry"
-INTERLUDE = Path(sys.executable).parent / "interlude"
 
 
 def _outside() -> redis.Redis:

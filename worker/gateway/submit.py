@@ -9,6 +9,7 @@ move to ``resuming`` are one transaction; the resume task is published after it 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -303,11 +304,9 @@ def resume_as_system(
                 new_interrupt_id=renewed.id,
             )
             return SystemResume(result, renewed=(code[0], renewed))
-        if not isolated:
-            accepted = accept(session, contract, submitted, attempt, interrupt, run)
-            return SystemResume(accepted.result, released=accepted.released)
-        # A savepoint here: the sweep goes on with its batch after a lost race.
-        with session.begin_nested():
+        # A savepoint here, unless the caller rolls back on a lost race: the sweep goes on
+        # with its batch after one.
+        with session.begin_nested() if isolated else nullcontext():
             accepted = accept(session, contract, submitted, attempt, interrupt, run)
             return SystemResume(accepted.result, released=accepted.released)
     except Undecided as undecided:
