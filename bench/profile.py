@@ -1,14 +1,16 @@
-"""Where W1's time goes: py-spy on the caller and on the worker's pool child, wall clock.
+"""Where W1's time goes: py-spy on the caller and on the worker's processes, wall clock.
 
-    .venv/bin/python -m bench.profile [--runs 200] [--top 20] [--out DIR] [--cpu]
+    .venv/bin/python -m bench.profile [--runs 200] [--top 20] [--out DIR] [--cpu] [--pool solo]
 
-With ``--cpu``, where its CPU goes instead: samples only while a thread runs.
+With ``--cpu``, where its CPU goes instead: samples only while a thread runs (or is runnable,
+waiting for a core: on a busy machine that overstates the calls that wake another process).
+``--pool solo`` profiles a ``--pool solo`` worker, whose main process runs the steps.
 
 Runs ``bench.w1`` in a process of its own and attaches ``py-spy record --idle --threads`` to it
-(the caller), to the worker's main process and to its pool child as soon as each exists, for
-the whole run. Prints, for each process's main thread, the top frames by own time (waiting
-included: ``wait`` in psycopg is a database round trip, ``_recv`` in billiard a pool child
-waiting for its next task, ``poll`` in kombu the main process waiting on the broker) and
+(the caller), to the worker's main process and to its pool child (if any) as soon as each
+exists, for the whole run. Prints, for each process's main thread, the top frames by own time
+(waiting included: ``wait`` in psycopg is a database round trip, ``_recv`` in billiard a pool
+child waiting for its next task, ``poll`` in kombu the main process waiting on the broker) and
 interlude's functions by inclusive time. The raw stacks stay in ``--out``, for a flame graph.
 Needs py-spy (``pip install py-spy``; not a dependency of interlude).
 """
@@ -30,7 +32,7 @@ from bench.processes import ROOT, children, exclusive
 OURS = re.compile(r"\((worker|models|statemachine|bench)/")
 # py-spy's --idle: samples taken while a thread waits too (wall clock); without, CPU only.
 IDLE = ["--idle"]
-RATE = "100"
+RATE = "100"  # samples per second (py-spy --rate; --rate 1000 for short runs)
 
 
 def _py_spy() -> str:
@@ -40,8 +42,8 @@ def _py_spy() -> str:
     return found
 
 
-def _record(pid: int, out: Path) -> subprocess.Popen[bytes]:
-    options = [*IDLE, "--threads", "--nonblocking", "--format", "raw", "--rate", RATE]
+def _record(pid: int, out: Path, rate: str = RATE) -> subprocess.Popen[bytes]:
+    options = [*IDLE, "--threads", "--nonblocking", "--format", "raw", "--rate", rate]
     return subprocess.Popen(
         [_py_spy(), "record", *options, "--output", str(out), "--pid", str(pid)],
         stdout=subprocess.DEVNULL,
@@ -49,16 +51,20 @@ def _record(pid: int, out: Path) -> subprocess.Popen[bytes]:
     )
 
 
-def _worker_and_child(caller: subprocess.Popen[bytes], timeout: float = 120) -> tuple[int, int]:
-    """The ``celery worker`` the caller started, and its pool child."""
+def _worker_and_child(
+    caller: subprocess.Popen[bytes], solo: bool, timeout: float = 120
+) -> tuple[int, int | None]:
+    """The ``celery worker`` the caller started, and its pool child (none on ``--pool solo``)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline and caller.poll() is None:
         for worker in children(caller.pid):
+            if solo:
+                return worker, None
             pool = children(worker)
             if pool:
                 return worker, pool[0]
         time.sleep(0.02)
-    raise RuntimeError("the worker's pool child did not appear")
+    raise RuntimeError("the worker (or its pool child) did not appear")
 
 
 def summarize(raw: Path, top: int, within: str = "") -> str:
@@ -97,29 +103,35 @@ def main() -> None:
     parser.add_argument(
         "--cpu", action="store_true", help="on-CPU samples only (where CPU goes, not time)"
     )
+    parser.add_argument("--pool", choices=("prefork", "solo"), default="prefork")
+    parser.add_argument("--rate", default=RATE, help="samples per second")
     args = parser.parse_args()
     if args.cpu:
         IDLE.clear()
     out = args.out or Path(tempfile.mkdtemp(prefix="bench-profile-"))
     out.mkdir(parents=True, exist_ok=True)
     caller = subprocess.Popen(
-        [sys.executable, "-m", "bench.w1", "--runs", str(args.runs)],
+        [sys.executable, "-m", "bench.w1", "--runs", str(args.runs), "--pool", args.pool],
         cwd=ROOT,
         stdout=subprocess.PIPE,
     )
-    spies = [_record(caller.pid, out / "caller.txt")]
-    worker, child = _worker_and_child(caller)
-    spies.append(_record(child, out / "worker-child.txt"))
-    spies.append(_record(worker, out / "worker-main.txt"))
+    spies = [_record(caller.pid, out / "caller.txt", args.rate)]
+    worker, child = _worker_and_child(caller, solo=args.pool == "solo")
+    if child is not None:
+        spies.append(_record(child, out / "worker-child.txt", args.rate))
+    spies.append(_record(worker, out / "worker-main.txt", args.rate))
     result, _ = caller.communicate()
     for spy in spies:
         spy.wait(60)
     print(result.decode().strip())
-    print(f"worker's pool child, its whole life (py-spy, wall clock, {out}/worker-child.txt):")
-    print(summarize(out / "worker-child.txt", args.top))
-    print(f"worker's main process (py-spy, wall clock, {out}/worker-main.txt):")
+    # py-spy counts a thread that is runnable but waiting for a core as on-CPU too.
+    what = "on-CPU or runnable" if args.cpu else "wall clock"
+    if child is not None:
+        print(f"worker's pool child, its whole life (py-spy, {what}, {out}/worker-child.txt):")
+        print(summarize(out / "worker-child.txt", args.top))
+    print(f"worker's main process (py-spy, {what}, {out}/worker-main.txt):")
     print(summarize(out / "worker-main.txt", args.top))
-    print(f"caller, during the workload only (py-spy, wall clock, {out}/caller.txt):")
+    print(f"caller, during the workload only (py-spy, {what}, {out}/caller.txt):")
     print(summarize(out / "caller.txt", args.top, within="_workload (bench/w1.py)"))
 
 
