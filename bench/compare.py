@@ -11,8 +11,9 @@ part only, whoever spent it: callers, workers, PostgreSQL, Redis):
   solo`` process, or ``-c 1`` prefork) and a caller process; LangGraph (``durability="sync"``
   and ``"exit"``) and DBOS in one process each; and Celery alone doing W1's two tasks per run
   with no work at all (``bench.w1_floor``), the ceiling of any system that runs each step as a
-  Celery task; and interlude's own work, the same W1 in one process through the test seam
-  with no broker (``bench.w1_in_process``).
+  Celery task; interlude's own work, the same W1 in one process through the test seam with
+  no broker (``bench.w1_in_process``); and W1's eight flushed commits with nothing else
+  (``bench.w1_commit_floor``), which with Celery's hop make the floor of a run's CPU.
 - **machine**: W1 with the whole machine, ``--lanes`` (the cores) of everything: interlude
   with as many callers (processes) and worker lanes, each rival as as many processes, all
   started together (``bench.lanes``).
@@ -57,6 +58,7 @@ BARE = "bare Celery chain (not durable)"
 FLOOR = "Celery alone: W1's two tasks per run, doing nothing (the broker's floor)"
 W4_FLOOR = "Celery alone: one task of two 200 ms sleeps per run (the broker's floor)"
 IN_PROCESS = "interlude in one process, no broker (the test seam; not how it runs)"
+COMMITS = "W1's eight flushed commits alone, one process, nothing else (the database's floor)"
 POOL_NAMES = {"solo": "one --pool solo worker", "prefork": "one -c 1 prefork worker"}
 WORKLOADS = ("w1", "machine", "latency", "three", "w4")
 
@@ -104,6 +106,7 @@ def w1_systems(
         **_rivals_w1(python, runs, 1),
         FLOOR: lambda: _ours("bench.w1_floor", "--runs", str(runs), "--pool", pool),
         IN_PROCESS: lambda: _ours("bench.w1_in_process", "--runs", str(runs)),
+        COMMITS: lambda: _ours("bench.w1_commit_floor", "--runs", str(runs)),
     }
 
 
@@ -195,6 +198,23 @@ def hop_plus_work(rates: dict[str, list[float]]) -> str | None:
         f"The broker's floor and interlude's own work added: {1000 / floor:.2f} ms + "
         f"{1000 / own:.2f} ms = {per_run_ms:.2f} ms per run, {1000 / per_run_ms:.1f} runs/s, "
         f"against {measured:.1f} measured on the worker."
+    )
+
+
+def cpu_floor(cpu: dict[str, list[float]]) -> str | None:
+    """The CPU no design that runs each step as a Celery task and commits every transition can
+    avoid (Celery's hop and eight flushed commits, medians), against LangGraph ``sync``'s run
+    and interlude's: what is left above it is interlude's own work."""
+    if not {INTERLUDE, FLOOR, COMMITS, LG_SYNC} <= cpu.keys():
+        return None
+    hop, commits, ours, lg_sync = (
+        statistics.median(cpu[name]) for name in (FLOOR, COMMITS, INTERLUDE, LG_SYNC)
+    )
+    floor = hop + commits
+    return (
+        f"The floor of a run's CPU: Celery's hop {hop:.2f} ms + eight flushed commits "
+        f"{commits:.2f} ms = {floor:.2f} ms, {floor / lg_sync:.2f} of LangGraph `sync`'s "
+        f"{lg_sync:.2f} ms; interlude's {ours:.2f} ms is {ours - floor:.2f} ms above it."
     )
 
 
@@ -302,9 +322,9 @@ def main() -> None:
             ),
             "",
         ]
-        added = hop_plus_work(rates)
-        if added:
-            out += [added, ""]
+        for line in (hop_plus_work(rates), cpu_floor(cpu)):
+            if line:
+                out += [line, ""]
         if costs:
             out += [
                 f"Per W1 run, from separate counting runs of {runs} and {2 * runs} runs: "

@@ -4,7 +4,16 @@ from __future__ import annotations
 
 from pytest import approx
 
-from bench.compare import FLOOR, IN_PROCESS, INTERLUDE, hop_plus_work, per_run_and_start_up
+from bench.compare import (
+    COMMITS,
+    FLOOR,
+    IN_PROCESS,
+    INTERLUDE,
+    LG_SYNC,
+    cpu_floor,
+    hop_plus_work,
+    per_run_and_start_up,
+)
 
 
 def _per_run(runs: int, start_up: float, each: float) -> dict[str, float]:
@@ -43,3 +52,24 @@ def test_the_floor_and_the_own_work_add_up_per_run() -> None:
 
 def test_without_both_extra_rows_nothing_is_predicted() -> None:
     assert hop_plus_work({INTERLUDE: [80.0], FLOOR: [250.0]}) is None
+
+
+def test_the_floor_of_a_runs_cpu_is_the_hop_and_the_commits_against_langgraph() -> None:
+    # Medians: the hop 1.8 ms, the commits 1.1 ms, LangGraph sync 8.0 ms, interlude 9.0 ms.
+    cpu = {
+        INTERLUDE: [9.5, 9.0, 8.5],
+        FLOOR: [1.8, 2.0, 1.7],
+        COMMITS: [1.1],
+        LG_SYNC: [8.0, 7.0, 9.0],
+        IN_PROCESS: [5.5],
+    }
+
+    said = cpu_floor(cpu)
+
+    assert said is not None
+    assert "hop 1.80 ms + eight flushed commits 1.10 ms = 2.90 ms, 0.36 of" in said
+    assert "`sync`'s 8.00 ms; interlude's 9.00 ms is 6.10 ms above it" in said
+
+
+def test_without_the_commits_row_no_floor_is_said() -> None:
+    assert cpu_floor({INTERLUDE: [9.0], FLOOR: [1.8], LG_SYNC: [8.0]}) is None
