@@ -317,8 +317,8 @@ def _serve() -> None:
 
 
 def _monitor(request: dict[str, Any], write_pid: int) -> None:
-    """Fork the Celery process in a session of its own, say its pid, and write its exit
-    status to the request's file when it ends."""
+    """Fork the process left running (Celery's, ``interlude serve``) in a session of its own,
+    say its pid, and write its exit status to the request's file when it ends."""
     pid = os.fork()
     if pid == 0:
         os.close(write_pid)

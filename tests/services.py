@@ -14,14 +14,13 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 import pytest
 import redis
 from sqlalchemy import Engine, create_engine, func, select, text
 
-if TYPE_CHECKING:
-    from tests.forked import ForkedProcess
+from tests.forked import ForkedProcess, start_celery
 
 ROOT = Path(__file__).resolve().parent.parent
 PG_ADMIN_URL = os.environ.get(
@@ -141,8 +140,6 @@ class WorkerProcess:
         self.proc: ForkedProcess | subprocess.Popen[bytes] | None = None
 
     def start(self, timeout: float = 30.0) -> WorkerProcess:
-        from tests.forked import start_celery
-
         args: list[str] = []
         if self.kind == "worker":
             args += [
