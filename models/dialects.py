@@ -25,6 +25,7 @@ from sqlalchemy import (
     Text,
     TypeDecorator,
     bindparam,
+    cast,
     column,
     create_engine,
     event,
@@ -237,11 +238,17 @@ class Dialect:
             query = query.select_from(given.join(guard, true()))
         return insert(table).from_select([*common, *keys], query)
 
-    def json_records(self, name: str, columns: Sequence[Any], alias: str) -> FromClause:
+    def json_records(
+        self, name: str, columns: Sequence[Any], alias: str, *, as_text: bool = False
+    ) -> FromClause:
         """Parameter ``name`` (a JSON list of objects) as a table of ``columns``, named
-        ``alias``: one statement takes any number of rows."""
+        ``alias``: one statement takes any number of rows. ``as_text``: the parameter is the
+        list's JSON text, made once by the caller (nothing is serialized at execution)."""
+        given = (
+            cast(bindparam(name, type_=Text), JSONB) if as_text else bindparam(name, type_=JSONB)
+        )
         return (
-            func.jsonb_to_recordset(bindparam(name, type_=JSONB))
+            func.jsonb_to_recordset(given)
             .table_valued(*columns)
             .render_derived(name=alias, with_types=True)
         )
@@ -425,7 +432,9 @@ class SQLiteDialect(Dialect):
         return insert_row(insert(table), table, (*common, *keys), prefix, guard)
 
     # Only the one-statement claim uses these, and SQLite claims the long way.
-    def json_records(self, name: str, columns: Sequence[Any], alias: str) -> FromClause:
+    def json_records(
+        self, name: str, columns: Sequence[Any], alias: str, *, as_text: bool = False
+    ) -> FromClause:
         raise NotImplementedError("json_records: PostgreSQL only (SQLite claims the long way)")
 
     def seconds_after(self, timestamp: Any, seconds: Any) -> Any:

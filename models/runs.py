@@ -8,6 +8,7 @@ transitions (a lease renewal, a pause request, a republish) are compare-and-set 
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
@@ -518,16 +519,18 @@ class ClaimableSteps:
     once (a worker builds this when its flows change, not at every claim)."""
 
     def __init__(self, steps: Sequence[ClaimableStep]) -> None:
-        self.param = [
-            {
-                "flow": s.flow,
-                "version": s.version,
-                "step": s.step,
-                "lease": s.lease_seconds,
-                "revalidates": s.revalidates,
-            }
-            for s in steps
-        ]
+        self.param = json.dumps(
+            [
+                {
+                    "flow": s.flow,
+                    "version": s.version,
+                    "step": s.step,
+                    "lease": s.lease_seconds,
+                    "revalidates": s.revalidates,
+                }
+                for s in steps
+            ]
+        )
 
 
 def claim_at_once(
@@ -575,6 +578,7 @@ def RUN_CLAIM_AT_ONCE(d: Dialect) -> Any:
             column("revalidates", Boolean),
         ],
         "s",
+        as_text=True,
     )
     claimed = (
         update(RUNS)
