@@ -30,7 +30,7 @@ from models.redaction import redacted_row
 from models.runs import RUNS, new_id, storable_id
 from models.settings import get_settings, notify_due_in
 from models.statements import Write, insert_row, named, only_if, row_values
-from models.tables import Actor, Interrupt, ResumeAttempt, Run, from_row
+from models.tables import Actor, Interrupt, ResumeAttempt, Run, from_row, loaded
 from statemachine import interrupt_destination, interrupt_sources
 
 INTERRUPTS: Table = Interrupt.__table__  # type: ignore[assignment]
@@ -63,18 +63,23 @@ def new_interrupt(
     """The durable interrupt of a run moving to ``waiting`` (at ``state_version``), and the
     INSERT that writes it with the run's ``suspend`` (see ``interrupt_event``)."""
     now = utcnow()
-    interrupt = Interrupt(
-        **redacted_row(decl.model_dump(exclude={"expires_in"})),
-        id=new_id(),
-        run_id=run.id,
-        status=PENDING,
-        step=step,
-        checkpoint_id=checkpoint_id,
-        state_version=state_version,
-        flow_version=run.flow_version,
-        deadline=now + timedelta(seconds=decl.expires_in),
-        escalation_level=0,
-        created_at=now,
+    # Never added to a session (the INSERT rides the run's move): built as a loaded row is,
+    # without the mapped constructor's attribute events (about 20 µs for these columns).
+    interrupt = loaded(
+        Interrupt,
+        {
+            **redacted_row(decl.model_dump(exclude={"expires_in"})),
+            "id": new_id(),
+            "run_id": run.id,
+            "status": PENDING,
+            "step": step,
+            "checkpoint_id": checkpoint_id,
+            "state_version": state_version,
+            "flow_version": run.flow_version,
+            "deadline": now + timedelta(seconds=decl.expires_in),
+            "escalation_level": 0,
+            "created_at": now,
+        },
     )
     return interrupt, insert_write(interrupt)
 
