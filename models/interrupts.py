@@ -16,7 +16,6 @@ from typing import Any
 
 from sqlalchemy import Integer, Table, bindparam, func, insert, or_, select, update
 from sqlalchemy.orm import Session
-from sqlalchemy.orm.attributes import set_committed_value
 from sqlalchemy.sql import FromClause
 from sqlalchemy.sql.dml import UpdateBase
 
@@ -30,7 +29,7 @@ from models.redaction import redacted_row
 from models.runs import RUNS, new_id, storable_id
 from models.settings import get_settings, notify_due_in
 from models.statements import Write, insert_row, named, only_if, row_values
-from models.tables import Actor, Interrupt, ResumeAttempt, Run, from_row, loaded
+from models.tables import Actor, Interrupt, ResumeAttempt, Run, committed, from_row, loaded
 from statemachine import interrupt_destination, interrupt_sources
 
 INTERRUPTS: Table = Interrupt.__table__  # type: ignore[assignment]
@@ -180,8 +179,7 @@ def INTERRUPT_ANSWER_RENEWED(d: Dialect, prefix: str, guard: FromClause | None) 
 
 def moved(interrupt: Interrupt, values: dict[str, Any]) -> None:
     """``interrupt`` as its ``transition_write`` left it in the database."""
-    for key, value in values.items():
-        set_committed_value(interrupt, key, value)
+    committed(interrupt, values)
 
 
 def supersede(

@@ -36,7 +36,6 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.orm import Session
-from sqlalchemy.orm.attributes import set_committed_value
 from sqlalchemy.sql import FromClause
 from sqlalchemy.sql.dml import UpdateBase
 
@@ -59,6 +58,7 @@ from models.tables import (
     Interrupt,
     Run,
     column_keys,
+    committed,
     from_row,
     loaded,
 )
@@ -850,8 +850,7 @@ def _move(
     if returned is None:
         _raise_lost_race(session, run, fence_epoch)
     values["pause_requested_by"] = returned.pause_requested_by
-    for key, value in values.items():
-        set_committed_value(run, key, value)
+    committed(run, values)
     return recorded
 
 

@@ -272,8 +272,8 @@ def _applied(result: _Batch, done: AfterCommit | None) -> None:
 
 
 def _forget(session: Session, *rows: Interrupt | Run | None) -> None:
-    # Values written with set_committed_value inside a rolled-back savepoint are not undone by
-    # SQLAlchemy; reload these rows if anything in the batch looks at them again.
+    # Values set as committed (models.tables.committed) inside a rolled-back savepoint are not
+    # undone by SQLAlchemy; reload these rows if anything in the batch looks at them again.
     for row in rows:
         if row is not None:
             session.expire(row)
