@@ -12,13 +12,14 @@ from typing import Any
 
 import psycopg
 import pytest
-from sqlalchemy import bindparam, event, insert, literal, select, text
+from sqlalchemy import Integer, bindparam, event, insert, literal, select, text
+from sqlalchemy import types as sa_types
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError, IntegrityError
 
 from models import runs as store
 from models.db import dialect, get_engine, once_more_if_disconnected, transaction, utcnow
-from models.driver import DriverResult, DriverStatement, NotForDriver
+from models.driver import _CURSOR, DriverResult, DriverStatement, NotForDriver
 from models.enums import RunState
 from models.runs import CHECKPOINTS, RUNS
 from models.statements import Registry, Statement
@@ -249,3 +250,25 @@ def test_an_interrupted_statement_leaves_its_connection_out_of_the_pool(
     with transaction(readonly=True) as session:
         after = session.execute(text("SELECT pg_backend_pid()")).scalar_one()
     assert after != before
+
+
+def test_a_connection_keeps_its_cursor_and_a_failed_statement_does_not_break_the_next(
+    pg: str, tasks: TaskRecorder
+) -> None:
+    run_id = enqueue_run("three_steps", {"n": 1})
+    with transaction(readonly=True) as session:  # (autocommit: a failure ends no transaction)
+        dialect_ = session.get_bind().dialect
+        read = DriverStatement(select(RUNS.c.id).where(RUNS.c.id == bindparam("rid")), dialect_)
+        bad = DriverStatement(select(bindparam("v", type_=sa_types.Text).cast(Integer)), dialect_)
+        # Given two statements on one connection: one cursor served both
+        assert read.execute(session, {"rid": run_id}).all() == [(run_id,)]
+        info = session.connection().connection.info
+        kept = info[_CURSOR]
+        assert read.execute(session, {"rid": run_id}).all() == [(run_id,)]
+        assert info[_CURSOR] is kept
+        # When a statement fails (SQLAlchemy closes its cursor)
+        with pytest.raises(DBAPIError):
+            bad.execute(session, {"v": "not a number"})
+        # Then the next one on the same connection runs, on a new cursor
+        assert read.execute(session, {"rid": run_id}).all() == [(run_id,)]
+        assert info[_CURSOR] is not kept and not info[_CURSOR].closed
