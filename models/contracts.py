@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal, Protocol
@@ -10,6 +9,7 @@ from typing import Any, Literal, Protocol
 from pydantic import BaseModel, ConfigDict, Field, computed_field, field_validator
 from pydantic_core import PydanticCustomError
 
+from models import json_codec
 from models.canonical import EVIDENCE_CANON
 from models.enums import Decision, ResumeOutcome
 
@@ -29,7 +29,7 @@ def json_copy(value: Any) -> Any:
     The one check for every value interlude stores (run input, flow state, receipts,
     evidence, resume input); raises TypeError or ValueError for anything else.
     """
-    return json.loads(json.dumps(value, allow_nan=False))
+    return json_codec.loads(json_codec.dumps(value, allow_nan=False))
 
 
 class Frozen(BaseModel):

@@ -11,6 +11,7 @@ quick path does not take (a text with surrounding space) goes through ``json`` i
 
 ``install`` sets them on one psycopg connection (``models.dialects`` does it for each
 connection of interlude's engines): other psycopg users in the process keep psycopg's own.
+``models.contracts.json_copy`` (every value interlude stores passes through it) uses them too.
 """
 
 from __future__ import annotations
@@ -25,13 +26,13 @@ _default = json.JSONEncoder().default  # (raises TypeError for what JSON does no
 _scan = json.JSONDecoder().scan_once  # type: ignore[attr-defined]
 
 
-def dumps(value: Any) -> str:
-    """``json.dumps(value)``, character for character."""
+def dumps(value: Any, *, allow_nan: bool = True) -> str:
+    """``json.dumps(value, allow_nan=allow_nan)``, character for character."""
     if c_make_encoder is None:  # (a Python built without the C accelerator)
-        return json.dumps(value)
+        return json.dumps(value, allow_nan=allow_nan)
     # A markers dict per call, as json.dumps's check_circular: a cycle is a ValueError.
     encode = c_make_encoder(
-        {}, _default, encode_basestring_ascii, None, ": ", ", ", False, False, True
+        {}, _default, encode_basestring_ascii, None, ": ", ", ", False, False, allow_nan
     )
     return "".join(encode(value, 0))
 

@@ -74,3 +74,13 @@ def test_what_json_cannot_read_fails_as_in_json(data: bytes) -> None:
     with pytest.raises(ValueError) as theirs:
         json.loads(data)
     assert type(ours.value) is type(theirs.value) and str(ours.value) == str(theirs.value)
+
+
+@pytest.mark.parametrize("value", [float("nan"), [1, {"x": float("inf")}], -float("inf")], ids=repr)
+def test_numbers_json_refuses_without_allow_nan_are_refused_the_same_way(value: Any) -> None:
+    with pytest.raises(ValueError) as ours:
+        dumps(value, allow_nan=False)
+    with pytest.raises(ValueError) as theirs:
+        json.dumps(value, allow_nan=False)
+    assert str(ours.value) == str(theirs.value)
+    assert dumps([1.5, "x"], allow_nan=False) == json.dumps([1.5, "x"], allow_nan=False)

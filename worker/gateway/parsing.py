@@ -5,12 +5,12 @@ Anything at all may be submitted, so every failure here becomes a reason, never 
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from pydantic import ValidationError
 from pydantic_core import to_jsonable_python
 
+from models import json_codec
 from models import runs as run_store
 
 MAX_ID = 200
@@ -35,11 +35,11 @@ def read_payload(contract: Any) -> tuple[Any, Any, str | None]:
     Anything at all may be submitted, so every failure here becomes a reason, never an error.
     """
     try:
-        text = json.dumps(to_jsonable_python(contract), allow_nan=False)
+        text = json_codec.dumps(to_jsonable_python(contract), allow_nan=False)
     except Exception as exc:
         unparseable = {"unparseable": _storable(_repr(contract))}
         return unparseable, None, f"contract is not JSON: {exc}"[:300]
-    data = json.loads(text)
+    data = json_codec.loads(text)
     if len(text) <= MAX_PAYLOAD_CHARS and "\\u0000" not in text and "\\ud" not in text:
         # The common case, told from the text: no NUL and no surrogate at all (json writes
         # both as escapes), so nothing to escape, and no walk through the whole contract.
