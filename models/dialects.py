@@ -69,6 +69,10 @@ KEEPALIVES: dict[str, int] = {
     "keepalives_interval": 10,
     "keepalives_count": 3,
 }
+# The session's time zone, UTC: psycopg then reads timestamps into ``datetime.UTC`` itself,
+# which ``Timestamp`` passes on without converting them (the instants are the same in any
+# zone, and nothing of interlude's SQL depends on the session's zone).
+SESSION_OPTIONS = "-c TimeZone=UTC"
 # In ``session.info`` of an autocommit transaction: how many writes it executed (at most one).
 AUTOCOMMIT_WRITES = "interlude_autocommit_writes"
 
@@ -87,14 +91,16 @@ class Timestamp(TypeDecorator[datetime]):
     def process_bind_param(self, value: datetime | None, dialect: SQLDialect) -> datetime | None:
         if value is None:
             return None
+        if value.tzinfo is UTC and dialect.name != "sqlite":
+            return value  # (``utcnow()``'s: most of what is written; no conversion to make)
         if value.tzinfo is None:
             raise ValueError("naive datetime given to a UTC column")
         value = value.astimezone(UTC)
         return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
 
     def process_result_value(self, value: datetime | None, dialect: SQLDialect) -> datetime | None:
-        if value is None:
-            return None
+        if value is None or value.tzinfo is UTC:  # (PostgreSQL's, in its session's zone)
+            return value
         return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
@@ -338,12 +344,15 @@ class Dialect:
 
 
 def connect_args(url: URL, environ: Mapping[str, str] = os.environ) -> dict[str, Any]:
-    """libpq parameters for a PostgreSQL engine: a connect timeout and TCP keepalives, each
-    one only where the URL (or, for the timeout, PGCONNECT_TIMEOUT) does not set it."""
+    """libpq parameters for a PostgreSQL engine: a connect timeout, TCP keepalives and the
+    session's time zone, each one only where the URL (or, for the timeout and the options,
+    PGCONNECT_TIMEOUT and PGOPTIONS) does not set it."""
     given = set(url.query)
     if "PGCONNECT_TIMEOUT" in environ:
         given.add("connect_timeout")
-    wanted = {"connect_timeout": CONNECT_TIMEOUT_SECONDS, **KEEPALIVES}
+    if "PGOPTIONS" in environ:
+        given.add("options")
+    wanted = {"connect_timeout": CONNECT_TIMEOUT_SECONDS, **KEEPALIVES, "options": SESSION_OPTIONS}
     return {key: value for key, value in wanted.items() if key not in given}
 
 

@@ -88,15 +88,18 @@ def test_the_connect_timeout_and_keepalives_are_set_unless_the_url_sets_them(
         "keepalives_idle": 30,
         "keepalives_interval": 10,
         "keepalives_count": 3,
+        "options": "-c TimeZone=UTC",
     }
     assert dialects.CONNECT_TIMEOUT_SECONDS == 10
     # What the URL gives stays as given (SQLAlchemy hands it to libpq)
-    own = make_url("postgresql://u@db/x?connect_timeout=3&keepalives_idle=120")
+    own = make_url("postgresql://u@db/x?connect_timeout=3&keepalives_idle=120&options=-cx%3Dy")
     assert dialects.connect_args(own) == {
         "keepalives": 1,
         "keepalives_interval": 10,
         "keepalives_count": 3,
     }
-    # and so does libpq's environment variable for the timeout
+    # and so do libpq's environment variables for the timeout and the options
     monkeypatch.setenv("PGCONNECT_TIMEOUT", "4")
+    monkeypatch.setenv("PGOPTIONS", "-c search_path=other")
     assert "connect_timeout" not in dialects.connect_args(plain)
+    assert "options" not in dialects.connect_args(plain)
