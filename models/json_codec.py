@@ -17,7 +17,11 @@ connection of interlude's engines): other psycopg users in the process keep psyc
 from __future__ import annotations
 
 import json
-from json.encoder import c_make_encoder, encode_basestring_ascii  # type: ignore[attr-defined]
+from json.encoder import (  # type: ignore[attr-defined]
+    c_make_encoder,
+    encode_basestring,
+    encode_basestring_ascii,
+)
 from typing import Any
 
 from psycopg.types.json import set_json_dumps, set_json_loads
@@ -26,14 +30,14 @@ _default = json.JSONEncoder().default  # (raises TypeError for what JSON does no
 _scan = json.JSONDecoder().scan_once  # type: ignore[attr-defined]
 
 
-def dumps(value: Any, *, allow_nan: bool = True) -> str:
-    """``json.dumps(value, allow_nan=allow_nan)``, character for character."""
+def dumps(value: Any, *, allow_nan: bool = True, ensure_ascii: bool = True) -> str:
+    """``json.dumps(value, allow_nan=allow_nan, ensure_ascii=ensure_ascii)``, character for
+    character."""
     if c_make_encoder is None:  # (a Python built without the C accelerator)
-        return json.dumps(value, allow_nan=allow_nan)
+        return json.dumps(value, allow_nan=allow_nan, ensure_ascii=ensure_ascii)
+    strings = encode_basestring_ascii if ensure_ascii else encode_basestring
     # A markers dict per call, as json.dumps's check_circular: a cycle is a ValueError.
-    encode = c_make_encoder(
-        {}, _default, encode_basestring_ascii, None, ": ", ", ", False, False, allow_nan
-    )
+    encode = c_make_encoder({}, _default, strings, None, ": ", ", ", False, False, allow_nan)
     return "".join(encode(value, 0))
 
 

@@ -11,9 +11,9 @@ Redacting twice changes nothing.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
+from models import json_codec
 from models.identity import CREDENTIAL_PREFIX, CREDENTIAL_SHAPE
 
 REDACTED = f"{CREDENTIAL_PREFIX}[redacted]"
@@ -44,10 +44,6 @@ def redacted(value: Any, secret: str | None = None) -> Any:
     return _redacted(value, secret)
 
 
-# One encoder: ``json.dumps`` with any option makes a new one at every call.
-_JSON = json.JSONEncoder(ensure_ascii=False)
-
-
 def _nothing_to_redact(value: Any, secret: str | None) -> bool:
     """Whether no text in ``value`` holds the credential prefix or ``secret``, decided from the
     value's JSON text, made in one pass in C: most values redacted are an engine's event
@@ -62,8 +58,8 @@ def _nothing_to_redact(value: Any, secret: str | None) -> bool:
     """
     hunted = secret if secret is not None and len(secret) >= MIN_SECRET else None
     try:
-        text = _JSON.encode(value)
-        if hunted is not None and _JSON.encode(hunted)[1:-1] != hunted:
+        text = json_codec.dumps(value, ensure_ascii=False)
+        if hunted is not None and json_codec.dumps(hunted, ensure_ascii=False)[1:-1] != hunted:
             return False
     except (TypeError, ValueError):
         return False

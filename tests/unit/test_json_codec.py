@@ -34,6 +34,7 @@ VALUES: list[Any] = [
 @pytest.mark.parametrize("value", VALUES, ids=repr)
 def test_the_text_written_is_jsons(value: Any) -> None:
     assert dumps(value) == json.dumps(value)
+    assert dumps(value, ensure_ascii=False) == json.dumps(value, ensure_ascii=False)
 
 
 @pytest.mark.parametrize("value", VALUES, ids=repr)
