@@ -13,7 +13,9 @@ part only, whoever spent it: callers, workers, PostgreSQL, Redis):
   with no work at all (``bench.w1_floor``), the ceiling of any system that runs each step as a
   Celery task; interlude's own work, the same W1 in one process through the test seam with
   no broker (``bench.w1_in_process``); and W1's eight flushed commits with nothing else
-  (``bench.w1_commit_floor``), which with Celery's hop make the floor of a run's CPU.
+  (``bench.w1_commit_floor``), which with Celery's hop make the floor of a run's CPU; and the
+  two together as interlude must make them, the commits in the caller and the worker that make
+  them in interlude (``bench.w1_durable_floor``).
 - **machine**: W1 with the whole machine, ``--lanes`` (the cores) of everything: interlude
   with as many callers (processes) and worker lanes, each rival as as many processes, all
   started together (``bench.lanes``).
@@ -59,6 +61,10 @@ FLOOR = "Celery alone: W1's two tasks per run, doing nothing (the broker's floor
 W4_FLOOR = "Celery alone: one task of two 200 ms sleeps per run (the broker's floor)"
 IN_PROCESS = "interlude in one process, no broker (the test seam; not how it runs)"
 COMMITS = "W1's eight flushed commits alone, one process, nothing else (the database's floor)"
+DURABLE_FLOOR = (
+    "Celery's two tasks with W1's eight flushed commits, each made where interlude makes it "
+    "(the floor of a durable Celery design)"
+)
 POOL_NAMES = {"solo": "one --pool solo worker", "prefork": "one -c 1 prefork worker"}
 WORKLOADS = ("w1", "machine", "latency", "three", "w4")
 
@@ -107,6 +113,7 @@ def w1_systems(
         FLOOR: lambda: _ours("bench.w1_floor", "--runs", str(runs), "--pool", pool),
         IN_PROCESS: lambda: _ours("bench.w1_in_process", "--runs", str(runs)),
         COMMITS: lambda: _ours("bench.w1_commit_floor", "--runs", str(runs)),
+        DURABLE_FLOOR: lambda: _ours("bench.w1_durable_floor", "--runs", str(runs), "--pool", pool),
     }
 
 
@@ -211,11 +218,20 @@ def cpu_floor(cpu: dict[str, list[float]]) -> str | None:
         statistics.median(cpu[name]) for name in (FLOOR, COMMITS, INTERLUDE, LG_SYNC)
     )
     floor = hop + commits
-    return (
+    said = (
         f"The floor of a run's CPU: Celery's hop {hop:.2f} ms + eight flushed commits "
         f"{commits:.2f} ms = {floor:.2f} ms, {floor / lg_sync:.2f} of LangGraph `sync`'s "
         f"{lg_sync:.2f} ms; interlude's {ours:.2f} ms is {ours - floor:.2f} ms above it."
     )
+    if DURABLE_FLOOR in cpu:
+        # The sum above commits from one process; a Celery design commits from two.
+        durable = statistics.median(cpu[DURABLE_FLOOR])
+        said += (
+            f" Made where interlude makes them (the caller two, the worker six), the hop and "
+            f"the commits cost {durable:.2f} ms together, {durable / lg_sync:.2f} of LangGraph "
+            f"`sync`'s; interlude's own schema and code cost {ours - durable:.2f} ms above that."
+        )
+    return said
 
 
 def rate_table(

@@ -6,6 +6,7 @@ from pytest import approx
 
 from bench.compare import (
     COMMITS,
+    DURABLE_FLOOR,
     FLOOR,
     IN_PROCESS,
     INTERLUDE,
@@ -69,6 +70,22 @@ def test_the_floor_of_a_runs_cpu_is_the_hop_and_the_commits_against_langgraph() 
     assert said is not None
     assert "hop 1.80 ms + eight flushed commits 1.10 ms = 2.90 ms, 0.36 of" in said
     assert "`sync`'s 8.00 ms; interlude's 9.00 ms is 6.10 ms above it" in said
+
+
+def test_the_durable_floor_is_said_beside_the_sum_when_measured() -> None:
+    cpu = {
+        INTERLUDE: [9.0],
+        FLOOR: [1.8],
+        COMMITS: [1.1],
+        DURABLE_FLOOR: [4.0, 4.4, 3.9],
+        LG_SYNC: [8.0],
+    }
+
+    said = cpu_floor(cpu)
+
+    assert said is not None
+    assert "cost 4.00 ms together, 0.50 of LangGraph `sync`'s" in said
+    assert "interlude's own schema and code cost 5.00 ms above that." in said
 
 
 def test_without_the_commits_row_no_floor_is_said() -> None:
