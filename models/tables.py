@@ -25,6 +25,7 @@ from sqlalchemy.orm.attributes import instance_state
 from sqlalchemy.orm.instrumentation import manager_of_class
 
 from models.dialects import BigId, Json, Timestamp
+from models.dialects import one_of as enum_column
 from models.enums import (
     ActorKind,
     ContactChannel,
@@ -47,6 +48,19 @@ NAMING = {
 
 def _values(enum: type[Any]) -> str:
     return ", ".join(f"'{member.value}'" for member in enum)
+
+
+def one_of(enum: type[Any], length: int, table: str, column: str) -> Any:
+    """Column ``column`` of ``table`` holding a value of ``enum`` (``models.dialects.one_of``:
+    a domain on PostgreSQL, ``checked`` on SQLite)."""
+    values = [member.value for member in enum]
+    return enum_column(values, length, f"{table}_{column}", f"ck_{table}_{column}")
+
+
+def checked(enum: type[Any], column: str) -> CheckConstraint:
+    """The CHECK constraint that ``one_of``'s domain stands for, on SQLite only."""
+    constraint = CheckConstraint(f"{column} IN ({_values(enum)})", name=column)
+    return constraint.ddl_if(dialect="sqlite")
 
 
 class Base(DeclarativeBase):
@@ -96,7 +110,7 @@ class Run(Base):
     flow_name: Mapped[str] = mapped_column(String(200))
     flow_version: Mapped[int] = mapped_column(Integer)
     input: Mapped[Any] = mapped_column(Json)
-    state: Mapped[str] = mapped_column(String(16))
+    state: Mapped[str] = mapped_column(one_of(RunState, 16, "runs", "state"))
     state_version: Mapped[int] = mapped_column(Integer, default=0)
     next_step: Mapped[str | None] = mapped_column(String(200))
     checkpoint_seq: Mapped[int] = mapped_column(Integer, default=0)
@@ -127,7 +141,7 @@ class Run(Base):
     finished_at: Mapped[datetime | None] = mapped_column(Timestamp())
 
     __table_args__ = (
-        CheckConstraint(f"state IN ({_values(RunState)})", name="state"),
+        checked(RunState, "state"),
         Index(None, "state", "lease_expires_at"),
         Index(None, "flow_name", "state"),
         # Listings of runs, newest first (the console, GET /v1/runs, runs list): read in order.
@@ -178,8 +192,8 @@ class Interrupt(Base):
     # (Looked up through the index on (run_id, checkpoint_id), which serves run_id alone.)
     run_id: Mapped[str] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"))
     name: Mapped[str] = mapped_column(String(200))
-    kind: Mapped[str] = mapped_column(String(16))
-    status: Mapped[str] = mapped_column(String(16))
+    kind: Mapped[str] = mapped_column(one_of(InterruptKind, 16, "interrupts", "kind"))
+    status: Mapped[str] = mapped_column(one_of(InterruptStatus, 16, "interrupts", "status"))
     reason: Mapped[str] = mapped_column(Text, default="")
     step: Mapped[str] = mapped_column(String(200))
     checkpoint_id: Mapped[str] = mapped_column(String(32))
@@ -224,8 +238,8 @@ class Interrupt(Base):
     resolved_at: Mapped[datetime | None] = mapped_column(Timestamp())
 
     __table_args__ = (
-        CheckConstraint(f"kind IN ({_values(InterruptKind)})", name="kind"),
-        CheckConstraint(f"status IN ({_values(InterruptStatus)})", name="status"),
+        checked(InterruptKind, "kind"),
+        checked(InterruptStatus, "status"),
         # The sweep reads due interrupts through this index: its cost follows the due rows.
         Index(None, "status", "deadline"),
         Index(None, "run_id", "checkpoint_id"),
@@ -257,7 +271,7 @@ class Notification(Base):
     run_id: Mapped[str] = mapped_column(String(32))
     flow_name: Mapped[str] = mapped_column(String(200))
     flow_version: Mapped[int] = mapped_column(Integer)
-    status: Mapped[str] = mapped_column(String(16))
+    status: Mapped[str] = mapped_column(one_of(NotificationStatus, 16, "notifications", "status"))
     # The attempt last published, and when its task is overdue (lost, or never published).
     attempt: Mapped[int] = mapped_column(Integer)
     due_at: Mapped[datetime] = mapped_column(Timestamp())
@@ -266,7 +280,7 @@ class Notification(Base):
     done_at: Mapped[datetime | None] = mapped_column(Timestamp())
 
     __table_args__ = (
-        CheckConstraint(f"status IN ({_values(NotificationStatus)})", name="status"),
+        checked(NotificationStatus, "status"),
         # The reaper reads overdue ones through this index: its cost follows the overdue rows.
         Index(None, "status", "due_at"),
         Index(None, "run_id"),
@@ -307,7 +321,7 @@ class ResumeAttempt(Base):
     # sha256 of what the contract decides (all but expires_at): the same key with another
     # payload is refused as key_reused, not answered as a duplicate.
     payload_hash: Mapped[str | None] = mapped_column(String(80))
-    outcome: Mapped[str] = mapped_column(String(32))
+    outcome: Mapped[str] = mapped_column(one_of(ResumeOutcome, 32, "resume_attempts", "outcome"))
     reason: Mapped[str] = mapped_column(Text)
     payload: Mapped[Any | None] = mapped_column(Json)
     # How the submitter proved who answers, when not with the actor's credential: the answer
@@ -315,7 +329,7 @@ class ResumeAttempt(Base):
     via: Mapped[str | None] = mapped_column(String(80))
 
     __table_args__ = (
-        CheckConstraint(f"outcome IN ({_values(ResumeOutcome)})", name="outcome"),
+        checked(ResumeOutcome, "outcome"),
         UniqueConstraint("actor_id", "original_key"),
     )
 
@@ -328,9 +342,9 @@ class Actor(Base):
     credential_hash: Mapped[str] = mapped_column(String(128))
     created_at: Mapped[datetime] = mapped_column(Timestamp())
     revoked_at: Mapped[datetime | None] = mapped_column(Timestamp())
-    kind: Mapped[str] = mapped_column(String(16))
+    kind: Mapped[str] = mapped_column(one_of(ActorKind, 16, "actors", "kind"))
 
-    __table_args__ = (CheckConstraint(f"kind IN ({_values(ActorKind)})", name="kind"),)
+    __table_args__ = (checked(ActorKind, "kind"),)
 
 
 class AnswerLink(Base):
@@ -374,12 +388,12 @@ class ActorContact(Base):
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
     actor_id: Mapped[str] = mapped_column(ForeignKey("actors.id", ondelete="CASCADE"), index=True)
-    channel: Mapped[str] = mapped_column(String(16))
+    channel: Mapped[str] = mapped_column(one_of(ContactChannel, 16, "actor_contacts", "channel"))
     address: Mapped[str] = mapped_column(String(320))
     created_at: Mapped[datetime] = mapped_column(Timestamp())
 
     __table_args__ = (
-        CheckConstraint(f"channel IN ({_values(ContactChannel)})", name="channel"),
+        checked(ContactChannel, "channel"),
         UniqueConstraint("channel", "address"),
     )
 
@@ -394,13 +408,13 @@ class Effect(Base):
     idempotency_key: Mapped[str] = mapped_column(String(400), unique=True)
     epoch: Mapped[int] = mapped_column(Integer)
     request_hash: Mapped[str] = mapped_column(String(80))
-    status: Mapped[str] = mapped_column(String(16))
+    status: Mapped[str] = mapped_column(one_of(EffectStatus, 16, "effects", "status"))
     receipt: Mapped[Any | None] = mapped_column(Json)
     error: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(Timestamp())
     updated_at: Mapped[datetime] = mapped_column(Timestamp())
 
-    __table_args__ = (CheckConstraint(f"status IN ({_values(EffectStatus)})", name="status"),)
+    __table_args__ = (checked(EffectStatus, "status"),)
 
 
 # ``loaded`` makes instances without the mapped constructor, which is what would configure

@@ -20,6 +20,7 @@ from models.enums import (
     EffectStatus,
     InterruptKind,
     InterruptStatus,
+    NotificationStatus,
     ResumeOutcome,
     RunState,
 )
@@ -54,6 +55,7 @@ ENUM_CHECKS = {
     "ck_resume_attempts_outcome": ("resume_attempts", ResumeOutcome),
     "ck_effects_status": ("effects", EffectStatus),
     "ck_actor_contacts_channel": ("actor_contacts", ContactChannel),
+    "ck_notifications_status": ("notifications", NotificationStatus),
 }
 
 
@@ -63,17 +65,18 @@ def _live_checks(database_url: str) -> dict[str, set[str]]:
     tables = sorted({table for table, _ in ENUM_CHECKS.values()})
     with engine.connect() as conn:
         if engine.dialect.name == "postgresql":
+            # On PostgreSQL they are the constraints of the columns' domains (migration
+            # enum_columns_as_domains): no table of ours keeps a CHECK constraint.
             rows = conn.execute(
                 text(
-                    "SELECT c.conname, pg_get_constraintdef(c.oid) FROM pg_constraint c "
-                    "JOIN pg_class t ON t.oid = c.conrelid "
-                    "JOIN pg_namespace n ON n.oid = t.relnamespace "
-                    "WHERE c.contype = 'c' AND n.nspname = current_schema() "
-                    "AND t.relname = ANY(:tables)"
-                ),
-                {"tables": tables},
+                    "SELECT c.conname, pg_get_constraintdef(c.oid), c.contypid <> 0 "
+                    "FROM pg_constraint c JOIN pg_namespace n ON n.oid = c.connamespace "
+                    "WHERE c.contype = 'c' AND n.nspname = current_schema()"
+                )
             ).all()
-            return {name: set(QUOTED.findall(definition)) for name, definition in rows}
+            ours = [row for row in rows if row[0] in ENUM_CHECKS]
+            assert all(on_domain for _, _, on_domain in ours), ours
+            return {name: set(QUOTED.findall(definition)) for name, definition, _ in ours}
         found: dict[str, set[str]] = {}
         for table in tables:
             sql = conn.execute(
