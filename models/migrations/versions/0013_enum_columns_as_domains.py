@@ -10,7 +10,8 @@ alters the domain's constraint on PostgreSQL (``ALTER DOMAIN ... DROP CONSTRAINT
 
 No table is rewritten: each column first becomes a domain without a constraint (the same
 ``VARCHAR``, nothing to convert), then the domain's constraint is added, which checks the rows
-already there.
+already there. Indexes are kept, but for the partial one on the pending interrupts, which is
+built again (its predicate names ``status``).
 
 Revision ID: enum_columns_as_domains
 Revises: interrupts_listed_in_order
