@@ -27,8 +27,6 @@ root, the server runs as the ``postgres`` user. A side of 100 runs takes about a
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import re
 import shutil
@@ -44,7 +42,7 @@ from typing import Any
 
 import psycopg
 
-from bench.w1_instructions import _CHILD, ROOT, per_run, worktree
+from bench.w1_instructions import _CHILD, ROOT, Measure, compare_main, per_run
 
 WARM = 30
 _TOTAL = re.compile(r"^(?:summary|totals): (\d+)", re.MULTILINE)
@@ -191,39 +189,23 @@ def measure(checkout: Path, runs: int, dsn: str, where: Path) -> dict[str, Any]:
     return {"checkout": str(checkout), "runs": runs, "per_run": per_run(small, large, runs)}
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawTextHelpFormatter
-    )
-    parser.add_argument("--runs", type=int, default=100, help="runs counted (after the warm ones)")
-    parser.add_argument("--against", metavar="REF", help="also measure git revision REF")
-    parser.add_argument("--json", action="store_true", help="print the result as JSON")
-    args = parser.parse_args()
-    if shutil.which("valgrind") is None:
-        raise SystemExit(
-            "bench.pg_instructions: valgrind is not installed (apt-get install valgrind)"
-        )
-    if args.runs <= 0:
-        raise SystemExit(f"bench.pg_instructions: --runs must be positive, got {args.runs}")
-    from bench.processes import exclusive
-
-    with exclusive("bench.pg_instructions"), private_server() as (dsn, where):
+@contextmanager
+def _measuring() -> Iterator[Measure]:
+    with private_server() as (dsn, where):
         # A new cluster's first clients pay for work done once in its life (its first database
         # made from the template, say): a first count, not kept, takes that out of both sides.
         count(ROOT, 1, dsn, where)
-        results = {}
-        if args.against:
-            with worktree(args.against) as checkout:
-                results[args.against] = measure(checkout, args.runs, dsn, where)
-        results["working tree"] = measure(ROOT, args.runs, dsn, where)
-    if args.json:
-        print(json.dumps(results))
-        return
-    for name, result in results.items():
-        print(f"{name}: {result['per_run']:,.0f} server instructions per W1 run ({args.runs} runs)")
-    if args.against:
-        ratio = results["working tree"]["per_run"] / results[args.against]["per_run"]
-        print(f"working tree / {args.against}: {ratio:.4f}")
+        yield lambda checkout, runs: measure(checkout, runs, dsn, where)
+
+
+def main() -> None:
+    compare_main(
+        "bench.pg_instructions",
+        __doc__ or "",
+        "server instructions",
+        _measuring,
+        default_runs=100,
+    )
 
 
 if __name__ == "__main__":

@@ -191,3 +191,20 @@ def floor_app(name: str, queue: str, *, task_events: bool | None = None) -> Cele
         broker_transport=f"{redis_transport.__name__}:Transport",
     )
     return app
+
+
+def wait_for_count(
+    counter: redis.Redis,
+    key: str,
+    runs: int,
+    what: str,
+    *,
+    timeout: float = 300,
+    poll: float = 0.005,
+) -> None:
+    """Until ``runs`` tasks counted themselves at ``key`` (``what`` names them in the error)."""
+    deadline = time.monotonic() + timeout
+    while int(counter.get(key) or 0) < runs:  # type: ignore[arg-type]
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{what} did not all run in time")
+        time.sleep(poll)

@@ -46,12 +46,11 @@ from bench.processes import (
     floor_env,
     start_worker,
     stop_worker,
+    wait_for_count,
 )
 from bench.w1 import rate_main
 
 QUEUE = "durable_floor"
-POLL_SECONDS = 0.005
-TIMEOUT_SECONDS = 300
 # W1's write transactions by where interlude makes them (``bench.w1 --count``).
 FIRST_TASK_COMMITS = 2
 RESUME_TASK_COMMITS = 4
@@ -86,11 +85,8 @@ def step(run_id: str, phase: str) -> None:
 
 
 def _wait_for(phase: str, runs: int) -> None:
-    deadline = time.monotonic() + TIMEOUT_SECONDS
-    while int(_counter.get(f"durable_floor:{phase}") or 0) < runs:
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"W1 durable floor: the {phase} tasks did not all run in time")
-        time.sleep(POLL_SECONDS)
+    key, what = f"durable_floor:{phase}", f"W1 durable floor: the {phase} tasks"
+    wait_for_count(_counter, key, runs, what)
 
 
 def run(runs: int, *, measure_cpu: bool = False, pool: str = "prefork") -> dict[str, Any]:

@@ -34,12 +34,11 @@ from bench.processes import (
     floor_env,
     start_worker,
     stop_worker,
+    wait_for_count,
 )
 from bench.w1 import rate_main
 
 QUEUE = "floor"
-POLL_SECONDS = 0.005
-TIMEOUT_SECONDS = 300
 
 app = floor_app("floor", QUEUE)
 _counter = counter()
@@ -51,11 +50,7 @@ def step(n: int, phase: str) -> None:
 
 
 def _wait_for(phase: str, runs: int) -> None:
-    deadline = time.monotonic() + TIMEOUT_SECONDS
-    while int(_counter.get(f"floor:{phase}") or 0) < runs:
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"W1 floor: the {phase} tasks did not all run in time")
-        time.sleep(POLL_SECONDS)
+    wait_for_count(_counter, f"floor:{phase}", runs, f"W1 floor: the {phase} tasks")
 
 
 def run(runs: int, *, measure_cpu: bool = False, pool: str = "prefork") -> dict[str, Any]:

@@ -32,8 +32,8 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -144,36 +144,60 @@ def worktree(ref: str) -> Iterator[Path]:
         shutil.rmtree(where, ignore_errors=True)
 
 
-def main() -> None:
+# Measures a checkout: instructions per W1 run, as ``measure`` returns them.
+Measure = Callable[[Path, int], dict[str, Any]]
+
+
+def compare_main(
+    name: str,
+    description: str,
+    what: str,
+    measuring: Callable[[], AbstractContextManager[Measure]],
+    *,
+    default_runs: int,
+) -> None:
+    """The command of an instruction count: ``--runs``, ``--against REF``, ``--json``; counts of
+    the working tree (and REF's worktree) with the ``Measure`` that ``measuring`` makes, the
+    ratio printed."""
     parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawTextHelpFormatter
+        description=description, formatter_class=argparse.RawTextHelpFormatter
     )
-    parser.add_argument("--runs", type=int, default=200, help="runs counted (after the warm ones)")
+    parser.add_argument(
+        "--runs", type=int, default=default_runs, help="runs counted (after the warm ones)"
+    )
     parser.add_argument("--against", metavar="REF", help="also measure git revision REF")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     args = parser.parse_args()
     if shutil.which("valgrind") is None:
-        raise SystemExit(
-            "bench.w1_instructions: valgrind is not installed (apt-get install valgrind)"
-        )
+        raise SystemExit(f"{name}: valgrind is not installed (apt-get install valgrind)")
     if args.runs <= 0:
-        raise SystemExit(f"bench.w1_instructions: --runs must be positive, got {args.runs}")
+        raise SystemExit(f"{name}: --runs must be positive, got {args.runs}")
     from bench.processes import exclusive
 
-    with exclusive("bench.w1_instructions"):
+    with exclusive(name), measuring() as measure_in:
         results = {}
         if args.against:
             with worktree(args.against) as checkout:
-                results[args.against] = measure(checkout, args.runs)
-        results["working tree"] = measure(ROOT, args.runs)
+                results[args.against] = measure_in(checkout, args.runs)
+        results["working tree"] = measure_in(ROOT, args.runs)
     if args.json:
         print(json.dumps(results))
         return
-    for name, result in results.items():
-        print(f"{name}: {result['per_run']:,.0f} instructions per W1 run ({args.runs} runs)")
+    for ref, result in results.items():
+        print(f"{ref}: {result['per_run']:,.0f} {what} per W1 run ({args.runs} runs)")
     if args.against:
         ratio = results["working tree"]["per_run"] / results[args.against]["per_run"]
         print(f"working tree / {args.against}: {ratio:.4f}")
+
+
+def main() -> None:
+    compare_main(
+        "bench.w1_instructions",
+        __doc__ or "",
+        "instructions",
+        lambda: nullcontext(measure),
+        default_runs=200,
+    )
 
 
 if __name__ == "__main__":
