@@ -12,6 +12,7 @@ import sqlite3
 import time
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from datetime import UTC, datetime
+from enum import Enum
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -84,24 +85,28 @@ Json = JSON().with_variant(JSONB(), "postgresql")
 BigId = BigInteger().with_variant(Integer(), "sqlite")
 
 
-def one_of(values: Sequence[str], length: int, domain: str, constraint: str) -> Any:
-    """A column holding one of ``values``: ``VARCHAR(length)``, the values checked by the
-    database.
+def sql_values(enum: type[Enum]) -> str:
+    """The values of ``enum`` as an SQL list: ``'a', 'b'``."""
+    return ", ".join(f"'{member.value}'" for member in enum)
 
-    On PostgreSQL the column's type is domain ``domain`` (``CHECK (VALUE IN ...)``, named
-    ``constraint``); on SQLite the table carries the CHECK constraint
+
+def enum_type(enum: type[Enum], length: int, table: str, column: str) -> Any:
+    """The type of column ``column`` of ``table``, which holds a value of ``enum``:
+    ``VARCHAR(length)``, the values checked by the database.
+
+    On PostgreSQL it is domain ``<table>_<column>`` (``CHECK (VALUE IN ...)``, constraint
+    ``ck_<table>_<column>``); on SQLite the table carries the CHECK constraint
     (``models.tables.checked``). A table's CHECK constraint costs PostgreSQL a parse and a
     planning of its stored expression in every statement that writes the table, whether or not
     it writes the column: about 1.0 M instructions a W1 run, an eighth of what the server
     executes for it (docs/explanation/performance.md, "Enum columns as domains"). A domain's
     check is parsed once per connection and runs only on the values written to its column.
     """
-    allowed = ", ".join(f"'{value}'" for value in values)
     checked = postgresql.DOMAIN(
-        domain,
+        f"{table}_{column}",
         String(length),
-        check=text(f"VALUE IN ({allowed})"),
-        constraint_name=constraint,
+        check=text(f"VALUE IN ({sql_values(enum)})"),
+        constraint_name=f"ck_{table}_{column}",
     )
     return String(length).with_variant(checked, "postgresql")
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from datetime import datetime
+from enum import Enum
 from functools import cache
 from typing import Any, TypeVar
 
@@ -24,8 +25,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, configure_mappers, mapped_co
 from sqlalchemy.orm.attributes import instance_state
 from sqlalchemy.orm.instrumentation import manager_of_class
 
-from models.dialects import BigId, Json, Timestamp
-from models.dialects import one_of as enum_column
+from models.dialects import BigId, Json, Timestamp, enum_type, sql_values
 from models.enums import (
     ActorKind,
     ContactChannel,
@@ -46,20 +46,9 @@ NAMING = {
 }
 
 
-def _values(enum: type[Any]) -> str:
-    return ", ".join(f"'{member.value}'" for member in enum)
-
-
-def one_of(enum: type[Any], length: int, table: str, column: str) -> Any:
-    """Column ``column`` of ``table`` holding a value of ``enum`` (``models.dialects.one_of``:
-    a domain on PostgreSQL, ``checked`` on SQLite)."""
-    values = [member.value for member in enum]
-    return enum_column(values, length, f"{table}_{column}", f"ck_{table}_{column}")
-
-
-def checked(enum: type[Any], column: str) -> CheckConstraint:
-    """The CHECK constraint that ``one_of``'s domain stands for, on SQLite only."""
-    constraint = CheckConstraint(f"{column} IN ({_values(enum)})", name=column)
+def checked(enum: type[Enum], column: str) -> CheckConstraint:
+    """The CHECK constraint that ``enum_type``'s domain stands for, on SQLite only."""
+    constraint = CheckConstraint(f"{column} IN ({sql_values(enum)})", name=column)
     return constraint.ddl_if(dialect="sqlite")
 
 
@@ -110,7 +99,7 @@ class Run(Base):
     flow_name: Mapped[str] = mapped_column(String(200))
     flow_version: Mapped[int] = mapped_column(Integer)
     input: Mapped[Any] = mapped_column(Json)
-    state: Mapped[str] = mapped_column(one_of(RunState, 16, "runs", "state"))
+    state: Mapped[str] = mapped_column(enum_type(RunState, 16, "runs", "state"))
     state_version: Mapped[int] = mapped_column(Integer, default=0)
     next_step: Mapped[str | None] = mapped_column(String(200))
     checkpoint_seq: Mapped[int] = mapped_column(Integer, default=0)
@@ -192,8 +181,8 @@ class Interrupt(Base):
     # (Looked up through the index on (run_id, checkpoint_id), which serves run_id alone.)
     run_id: Mapped[str] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"))
     name: Mapped[str] = mapped_column(String(200))
-    kind: Mapped[str] = mapped_column(one_of(InterruptKind, 16, "interrupts", "kind"))
-    status: Mapped[str] = mapped_column(one_of(InterruptStatus, 16, "interrupts", "status"))
+    kind: Mapped[str] = mapped_column(enum_type(InterruptKind, 16, "interrupts", "kind"))
+    status: Mapped[str] = mapped_column(enum_type(InterruptStatus, 16, "interrupts", "status"))
     reason: Mapped[str] = mapped_column(Text, default="")
     step: Mapped[str] = mapped_column(String(200))
     checkpoint_id: Mapped[str] = mapped_column(String(32))
@@ -271,7 +260,9 @@ class Notification(Base):
     run_id: Mapped[str] = mapped_column(String(32))
     flow_name: Mapped[str] = mapped_column(String(200))
     flow_version: Mapped[int] = mapped_column(Integer)
-    status: Mapped[str] = mapped_column(one_of(NotificationStatus, 16, "notifications", "status"))
+    status: Mapped[str] = mapped_column(
+        enum_type(NotificationStatus, 16, "notifications", "status")
+    )
     # The attempt last published, and when its task is overdue (lost, or never published).
     attempt: Mapped[int] = mapped_column(Integer)
     due_at: Mapped[datetime] = mapped_column(Timestamp())
@@ -321,7 +312,7 @@ class ResumeAttempt(Base):
     # sha256 of what the contract decides (all but expires_at): the same key with another
     # payload is refused as key_reused, not answered as a duplicate.
     payload_hash: Mapped[str | None] = mapped_column(String(80))
-    outcome: Mapped[str] = mapped_column(one_of(ResumeOutcome, 32, "resume_attempts", "outcome"))
+    outcome: Mapped[str] = mapped_column(enum_type(ResumeOutcome, 32, "resume_attempts", "outcome"))
     reason: Mapped[str] = mapped_column(Text)
     payload: Mapped[Any | None] = mapped_column(Json)
     # How the submitter proved who answers, when not with the actor's credential: the answer
@@ -342,7 +333,7 @@ class Actor(Base):
     credential_hash: Mapped[str] = mapped_column(String(128))
     created_at: Mapped[datetime] = mapped_column(Timestamp())
     revoked_at: Mapped[datetime | None] = mapped_column(Timestamp())
-    kind: Mapped[str] = mapped_column(one_of(ActorKind, 16, "actors", "kind"))
+    kind: Mapped[str] = mapped_column(enum_type(ActorKind, 16, "actors", "kind"))
 
     __table_args__ = (checked(ActorKind, "kind"),)
 
@@ -388,7 +379,7 @@ class ActorContact(Base):
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
     actor_id: Mapped[str] = mapped_column(ForeignKey("actors.id", ondelete="CASCADE"), index=True)
-    channel: Mapped[str] = mapped_column(one_of(ContactChannel, 16, "actor_contacts", "channel"))
+    channel: Mapped[str] = mapped_column(enum_type(ContactChannel, 16, "actor_contacts", "channel"))
     address: Mapped[str] = mapped_column(String(320))
     created_at: Mapped[datetime] = mapped_column(Timestamp())
 
@@ -408,7 +399,7 @@ class Effect(Base):
     idempotency_key: Mapped[str] = mapped_column(String(400), unique=True)
     epoch: Mapped[int] = mapped_column(Integer)
     request_hash: Mapped[str] = mapped_column(String(80))
-    status: Mapped[str] = mapped_column(one_of(EffectStatus, 16, "effects", "status"))
+    status: Mapped[str] = mapped_column(enum_type(EffectStatus, 16, "effects", "status"))
     receipt: Mapped[Any | None] = mapped_column(Json)
     error: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(Timestamp())
