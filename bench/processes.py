@@ -8,12 +8,15 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import redis
+
+from bench import cpu
+from bench.machine_cpu import busy_seconds
 
 if TYPE_CHECKING:
     from celery import Celery
@@ -208,3 +211,44 @@ def wait_for_count(
         if time.monotonic() > deadline:
             raise RuntimeError(f"{what} did not all run in time")
         time.sleep(poll)
+
+
+def two_hops(
+    app: str,
+    env: dict[str, str],
+    queue: str,
+    pool: str,
+    runs: int,
+    *,
+    first: Callable[[int], None],
+    second: Callable[[int], None],
+    wait: Callable[[str, int], None],
+    measure_cpu: bool = False,
+) -> dict[str, Any]:
+    """W1's two hops on Celery alone, against one worker of ``app`` (``--pool solo`` or
+    ``-c 1``): ``first(i)`` for every run, until ``wait("first", runs)`` returns, then
+    ``second(i)`` likewise. The rate and the machine's CPU per run over that part (and each
+    process's, ``measure_cpu``): the floors' shared measurement."""
+    options = ["--pool", "solo"] if pool == "solo" else ["-c", "1"]
+    worker = start_worker(app, env, queue, options)
+    try:
+        with cpu.spent([worker.pid], enabled=measure_cpu) as spent:
+            machine, start = busy_seconds(), time.perf_counter()
+            for i in range(runs):
+                first(i)
+            wait("first", runs)
+            for i in range(runs):
+                second(i)
+            wait("second", runs)
+            seconds, machine = time.perf_counter() - start, busy_seconds() - machine
+    finally:
+        stop_worker(worker)
+    result: dict[str, Any] = {
+        "runs": runs,
+        "seconds": seconds,
+        "rate": runs / seconds,
+        "cpu_ms_per_run": 1000 * machine / runs,
+    }
+    if spent:
+        result["cpu"] = spent
+    return result

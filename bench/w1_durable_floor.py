@@ -29,23 +29,20 @@ the floor of W1's CPU for steps that are Celery tasks and transitions that are c
 from __future__ import annotations
 
 import os
-import time
 import uuid
 from typing import Any
 
 import psycopg
 import redis
 
-from bench import cpu, pg
-from bench.machine_cpu import busy_seconds
+from bench import pg
 from bench.processes import (
     BROKER_URL,
     counter,
     exclusive,
     floor_app,
     floor_env,
-    start_worker,
-    stop_worker,
+    two_hops,
     wait_for_count,
 )
 from bench.w1 import rate_main
@@ -92,41 +89,37 @@ def _wait_for(phase: str, runs: int) -> None:
 def run(runs: int, *, measure_cpu: bool = False, pool: str = "prefork") -> dict[str, Any]:
     redis.Redis.from_url(BROKER_URL).flushdb()
     _counter.delete("durable_floor:first", "durable_floor:second")
-    options = ["--pool", "solo"] if pool == "solo" else ["-c", "1"]
-    with pg.scratch_database("w1_durable_floor") as name:
-        dsn = pg.dsn(name)
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            conn.execute("CREATE TABLE runs (id text PRIMARY KEY, n integer, state jsonb)")
-            env = {**floor_env(), "BENCH_FLOOR_DSN": dsn}
-            worker = start_worker("bench.w1_durable_floor", env, QUEUE, options)
-            ids = [uuid.uuid4().hex for _ in range(runs)]
-            try:
-                with cpu.spent([worker.pid], enabled=measure_cpu) as spent:
-                    machine, start = busy_seconds(), time.perf_counter()
-                    for run_id in ids:
-                        conn.execute(INSERT, (run_id, '{"n": 0}'), prepare=True)
-                        step.delay(run_id, "first")
-                    _wait_for("first", runs)
-                    for run_id in ids:
-                        _commit(conn, run_id, FIRST_TASK_COMMITS)
-                        step.delay(run_id, "second")
-                    _wait_for("second", runs)
-                    seconds, machine = time.perf_counter() - start, busy_seconds() - machine
-                written = conn.execute("SELECT sum(n) FROM runs").fetchone()
-            finally:
-                stop_worker(worker)
+    ids = [uuid.uuid4().hex for _ in range(runs)]
+    with (
+        pg.scratch_database("w1_durable_floor") as name,
+        psycopg.connect(pg.dsn(name), autocommit=True) as conn,
+    ):
+        conn.execute("CREATE TABLE runs (id text PRIMARY KEY, n integer, state jsonb)")
+
+        def enqueue(i: int) -> None:
+            conn.execute(INSERT, (ids[i], '{"n": 0}'), prepare=True)
+            step.delay(ids[i], "first")
+
+        def resume(i: int) -> None:
+            _commit(conn, ids[i], FIRST_TASK_COMMITS)
+            step.delay(ids[i], "second")
+
+        result = two_hops(
+            "bench.w1_durable_floor",
+            {**floor_env(), "BENCH_FLOOR_DSN": pg.dsn(name)},
+            QUEUE,
+            pool,
+            runs,
+            first=enqueue,
+            second=resume,
+            wait=_wait_for,
+            measure_cpu=measure_cpu,
+        )
+        written = conn.execute("SELECT sum(n) FROM runs").fetchone()
     # Every update of every run landed: 1 + 2 + 4 per run (the INSERT sets n to 0).
     expected = runs * (FIRST_TASK_COMMITS + 1 + RESUME_TASK_COMMITS)
     if written is None or written[0] != expected:
         raise RuntimeError(f"W1 durable floor: {written} updates written, {expected} expected")
-    result: dict[str, Any] = {
-        "runs": runs,
-        "seconds": seconds,
-        "rate": runs / seconds,
-        "cpu_ms_per_run": 1000 * machine / runs,
-    }
-    if spent:
-        result["cpu"] = spent
     return result
 
 

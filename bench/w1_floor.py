@@ -19,21 +19,17 @@ the rivals, in one process each, have no such hop.
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import redis
 
-from bench import cpu
-from bench.machine_cpu import busy_seconds
 from bench.processes import (
     BROKER_URL,
     counter,
     exclusive,
     floor_app,
     floor_env,
-    start_worker,
-    stop_worker,
+    two_hops,
     wait_for_count,
 )
 from bench.w1 import rate_main
@@ -56,29 +52,17 @@ def _wait_for(phase: str, runs: int) -> None:
 def run(runs: int, *, measure_cpu: bool = False, pool: str = "prefork") -> dict[str, Any]:
     redis.Redis.from_url(BROKER_URL).flushdb()
     _counter.delete("floor:first", "floor:second")
-    options = ["--pool", "solo"] if pool == "solo" else ["-c", "1"]
-    worker = start_worker("bench.w1_floor", floor_env(), QUEUE, options)
-    try:
-        with cpu.spent([worker.pid], enabled=measure_cpu) as spent:
-            machine, start = busy_seconds(), time.perf_counter()
-            for i in range(runs):
-                step.delay(i, "first")
-            _wait_for("first", runs)
-            for i in range(runs):
-                step.delay(i, "second")
-            _wait_for("second", runs)
-            seconds, machine = time.perf_counter() - start, busy_seconds() - machine
-    finally:
-        stop_worker(worker)
-    result: dict[str, Any] = {
-        "runs": runs,
-        "seconds": seconds,
-        "rate": runs / seconds,
-        "cpu_ms_per_run": 1000 * machine / runs,
-    }
-    if spent:
-        result["cpu"] = spent
-    return result
+    return two_hops(
+        "bench.w1_floor",
+        floor_env(),
+        QUEUE,
+        pool,
+        runs,
+        first=lambda i: step.delay(i, "first"),
+        second=lambda i: step.delay(i, "second"),
+        wait=_wait_for,
+        measure_cpu=measure_cpu,
+    )
 
 
 if __name__ == "__main__":
