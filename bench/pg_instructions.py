@@ -32,17 +32,15 @@ import re
 import shutil
 import socket
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
 import psycopg
 
-from bench.w1_instructions import _CHILD, ROOT, Measure, compare_main, per_run
+from bench.w1_instructions import ROOT, Measure, compare_main, differenced, run_child
 
 WARM = 30
 _TOTAL = re.compile(r"^(?:summary|totals): (\d+)", re.MULTILINE)
@@ -149,27 +147,7 @@ def counts(where: Path) -> dict[str, int | None]:
 def count(checkout: Path, runs: int, dsn: str, where: Path) -> int:
     """Instructions of the server processes started while the child did ``runs`` W1 runs."""
     before = set(counts(where))
-    env = {
-        **os.environ,
-        "INTERLUDE_FLOWS": "bench.flows",
-        "PYTHONHASHSEED": "0",
-        "INTERLUDE_BENCH_PG_DSN": dsn,
-    }
-    with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as script:
-        script.write(_CHILD)
-    try:
-        done = subprocess.run(
-            [sys.executable, script.name, str(checkout), str(runs)],
-            cwd=checkout,
-            env=env,
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-    finally:
-        os.unlink(script.name)
-    if done.returncode != 0:
-        raise RuntimeError(f"the counted W1 failed in {checkout}: {done.stderr[-500:]}")
+    run_child(checkout, runs, env={"INTERLUDE_BENCH_PG_DSN": dsn})
     # Each server process writes its counts as it exits, just after its client went away.
     deadline = time.monotonic() + 60
     while True:
@@ -183,19 +161,15 @@ def count(checkout: Path, runs: int, dsn: str, where: Path) -> int:
         time.sleep(0.5)
 
 
-def measure(checkout: Path, runs: int, dsn: str, where: Path) -> dict[str, Any]:
-    small = count(checkout, WARM, dsn, where)
-    large = count(checkout, WARM + runs, dsn, where)
-    return {"checkout": str(checkout), "runs": runs, "per_run": per_run(small, large, runs)}
-
-
 @contextmanager
 def _measuring() -> Iterator[Measure]:
     with private_server() as (dsn, where):
         # A new cluster's first clients pay for work done once in its life (its first database
         # made from the template, say): a first count, not kept, takes that out of both sides.
         count(ROOT, 1, dsn, where)
-        yield lambda checkout, runs: measure(checkout, runs, dsn, where)
+        yield lambda checkout, runs: differenced(
+            lambda at, n: count(at, n, dsn, where), checkout, runs, WARM
+        )
 
 
 def main() -> None:

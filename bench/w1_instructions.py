@@ -32,7 +32,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
@@ -93,24 +93,23 @@ def per_run(small: int, large: int, runs: int) -> float:
     return (large - small) / runs
 
 
-def count(checkout: Path, runs: int) -> int:
-    """Instructions of one child process doing ``runs`` W1 runs in ``checkout``."""
-    env = {**os.environ, "INTERLUDE_FLOWS": "bench.flows", "PYTHONHASHSEED": "0"}
+def run_child(
+    checkout: Path, runs: int, *, prefix: Sequence[str] = (), env: Mapping[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """The child (``_CHILD``) doing ``runs`` W1 runs in ``checkout``, run under ``prefix``
+    (valgrind, say) with ``env`` added; what it printed. A failed child is an error."""
     with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as script:
         script.write(_CHILD)
     try:
         done = subprocess.run(
-            [
-                "valgrind",
-                "--tool=callgrind",
-                "--callgrind-out-file=/dev/null",
-                sys.executable,
-                script.name,
-                str(checkout),
-                str(runs),
-            ],
+            [*prefix, sys.executable, script.name, str(checkout), str(runs)],
             cwd=checkout,
-            env=env,
+            env={
+                **os.environ,
+                "INTERLUDE_FLOWS": "bench.flows",
+                "PYTHONHASHSEED": "0",
+                **(env or {}),
+            },
             capture_output=True,
             text=True,
             check=False,
@@ -119,12 +118,25 @@ def count(checkout: Path, runs: int) -> int:
         os.unlink(script.name)
     if done.returncode != 0:
         raise RuntimeError(f"the counted W1 failed in {checkout}: {done.stderr[-500:]}")
-    return collected(done.stderr)
+    return done
+
+
+def count(checkout: Path, runs: int) -> int:
+    """Instructions of one child process doing ``runs`` W1 runs in ``checkout``."""
+    valgrind = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null"]
+    return collected(run_child(checkout, runs, prefix=valgrind).stderr)
+
+
+def differenced(
+    counted: Callable[[Path, int], int], checkout: Path, runs: int, warm: int = WARM
+) -> dict[str, Any]:
+    """Per further run in ``checkout``: ``counted`` for ``warm`` and ``warm + runs`` runs."""
+    small, large = counted(checkout, warm), counted(checkout, warm + runs)
+    return {"checkout": str(checkout), "runs": runs, "per_run": per_run(small, large, runs)}
 
 
 def measure(checkout: Path, runs: int) -> dict[str, Any]:
-    small, large = count(checkout, WARM), count(checkout, WARM + runs)
-    return {"checkout": str(checkout), "runs": runs, "per_run": per_run(small, large, runs)}
+    return differenced(count, checkout, runs)
 
 
 @contextmanager
