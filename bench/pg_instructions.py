@@ -7,9 +7,9 @@ CPU time moves with the machine's load as much as the rest. This starts a privat
 (the machine's own binaries, a new cluster in a temporary directory, its own port; fsync and
 ``synchronous_commit`` as shipped; autovacuum off and no timed checkpoints, so that nothing runs
 beside the workload at moments of its own) under valgrind's callgrind, following every server
-process it forks. The W1 of
-``bench.w1_in_process`` (``bench.w1_instructions``'s child: enqueue, the first step, the resume
-through ``submit_resume``, the final step with its effect) runs against it, once with ``WARM``
+process it forks. The W1 of ``bench.w1_in_process`` (``bench.w1_instructions``'s child:
+enqueue, the first step, the resume through ``submit_resume``, the final step with its effect)
+runs against it, once with ``WARM``
 and once with ``WARM + runs`` runs; the instructions of the server processes each started are
 summed and differenced, so that the migration, the first statements' planning and the scratch
 database's creation cancel out. What is left is what the server executes for each further run:
