@@ -16,8 +16,9 @@ In a scratch database (dropped at the end), in order:
    hash, computed by the server), the starter of run ``n``, and every timestamp moved by the
    same amount so that the interrupt was asked at ``Spread.asked_at(n)``: the first 1,000 are
    overdue by up to an hour, the others were asked within the last six days and are due days
-   from now. Then ``VACUUM ANALYZE``, as autovacuum would do soon after. One copy per flow is
-   read back and compared, column by column, with what its template becomes for its ``n``;
+   from now. Then ``VACUUM ANALYZE``, as autovacuum would do soon after, and a ``CHECKPOINT``.
+   One copy per flow is read back and compared, column by column, with what its template
+   becomes for its ``n``;
 3. bytes per waiting run: ``pg_total_relation_size`` (table, TOAST and indexes) of each table
    a waiting run has rows in, over the runs;
 4. the operators' and responders' reads, each timed ``--repeat`` times after one untimed call
@@ -342,6 +343,11 @@ def fill(name: str, tpls: list[Template], spread: Spread) -> dict[str, Any]:
         conn.autocommit = True
         for table in tables():
             conn.execute(f"VACUUM ANALYZE {table}")
+        # The fill wrote gigabytes of WAL in minutes, and the server checkpoints it a few
+        # seconds at a time for a while after (its log: "checkpoints are occurring too
+        # frequently"); a database whose runs waited for days has long done that. One
+        # checkpoint now, so that the measurements below do not run beside the fill's last.
+        conn.execute("CHECKPOINT")
     return {
         "insert_seconds": inserted,
         "vacuum_seconds": time.perf_counter() - started - inserted,
@@ -679,7 +685,7 @@ def report(result: dict[str, Any]) -> str:
     full, empty = (statistics.median(result["w1"][k]) for k in ("full", "empty"))
     lines = [
         f"bench.scale: {result['runs']:,} waiting runs ({result['sample']} through the engine, "
-        f"the rest copied in {result['insert_seconds']:.0f} s, VACUUM ANALYZE "
+        f"the rest copied in {result['insert_seconds']:.0f} s, VACUUM ANALYZE and CHECKPOINT "
         f"{result['vacuum_seconds']:.0f} s)",
         f"  bytes per waiting run: {size['per_run']:,.0f} "
         f"({size['total'] / 1e9:.2f} GB in all; table and TOAST / indexes per run:)",
