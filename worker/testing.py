@@ -128,7 +128,8 @@ class TaskRecorder:
             if task.notice is not None:
                 deliver(task.notice)
             else:
-                execute(task.run_id)
+                # As a worker does with the task's message, which names the flow.
+                execute(task.run_id, flow=task.flow or None)
             executed += 1
 
     def _next_due(self) -> tuple[Published | None, float | None]:

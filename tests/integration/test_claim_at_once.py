@@ -9,7 +9,10 @@ it leaves untouched, and the worker's long way (``load_claimable`` then ``claim`
 
 from __future__ import annotations
 
+import json
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 
 import pytest
@@ -165,3 +168,62 @@ def test_a_delivery_with_nothing_to_claim_says_so(
     (line,) = [r for r in caplog.records if getattr(r, "action", None) == "claim_skipped"]
     assert getattr(line, "run_id", None) == run_id
     assert "delivery ignored" in line.getMessage()
+
+
+@contextmanager
+def _claim_steps_sent(url: str) -> Iterator[list[list[str]]]:
+    """The flows named in each claimable-steps parameter this process sends within the block."""
+    from sqlalchemy import event
+
+    from models.db import get_engine
+
+    sent: list[list[str]] = []
+
+    def seen(_conn: object, _cursor: object, _sql: str, params: object, *_: object) -> None:
+        values = params.values() if isinstance(params, dict) else params
+        for value in values if isinstance(values, (list, tuple, type({}.values()))) else ():
+            if isinstance(value, str) and value.startswith('[{"flow": '):
+                sent.append(sorted({step["flow"] for step in json.loads(value)}))
+
+    engine = get_engine(url)
+    event.listen(engine, "before_cursor_execute", seen)
+    try:
+        yield sent
+    finally:
+        event.remove(engine, "before_cursor_execute", seen)
+
+
+def test_a_task_naming_its_flow_claims_with_that_flows_steps_only(
+    pg: str, tasks: TaskRecorder
+) -> None:
+    # Given a queued run, and a worker that has many flows
+    run_id = enqueue_run("three_steps", {"n": 1})
+    tasks.clear()
+    # When its task, naming the run's flow (as its message does), is executed
+    with _claim_steps_sent(pg) as sent:
+        execute(run_id, flow="three_steps")
+    # Then the claim sent the server that flow's steps, not every flow's, and took the run
+    assert sent == [["three_steps"]]
+    assert [e[0] for e in _events(run_id)][:2] == ["enqueue", "claim"]
+    # ...where a task that names none sends them all, as before
+    other = enqueue_run("three_steps", {"n": 2})
+    tasks.clear()
+    with _claim_steps_sent(pg) as sent:
+        execute(other)
+    (flows,) = sent
+    assert "three_steps" in flows and len(flows) > 1
+
+
+def test_a_task_naming_another_flow_still_claims_its_run(pg: str, tasks: TaskRecorder) -> None:
+    # Given a queued run, and its task naming a flow the run is not of (a message altered, or
+    # a publisher's mistake)
+    run_id = enqueue_run("three_steps", {"n": 1})
+    tasks.clear()
+    # When it is executed, Then the one-statement claim matches nothing and the long way takes
+    # the run: a wrong name costs a round trip, never a run
+    execute(run_id, flow="quick")
+    tasks.drain()
+    with transaction(readonly=True) as session:
+        assert store.load_run(session, run_id).state == RunState.SUCCEEDED.value
+    claims = [e for e in _events(run_id) if e[0] == "claim"]
+    assert claims[0] == ("claim", "queued", "running", {"epoch": 1, "step": "first"})

@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass
 from typing import Protocol
 
 from worker.engine.tasknames import (
+    FLOW_HEADER,
     QUEUE_NOTIFY,
     QUEUE_RESUMES,
     QUEUE_STEPS,
@@ -70,7 +71,14 @@ def celery_publisher(
     from worker.app import app
 
     label = repr({"flow": flow, "step": step})
-    app.send_task(name, args=[run_id], queue=queue, countdown=countdown, kwargsrepr=label)
+    app.send_task(
+        name,
+        args=[run_id],
+        queue=queue,
+        countdown=countdown,
+        kwargsrepr=label,
+        headers={FLOW_HEADER: flow},
+    )
 
 
 class NoticePublisher(Protocol):

@@ -135,8 +135,11 @@ class Ended:
     failure: Failure | None = None
 
 
-def execute(run_id: str) -> Failure | None:
+def execute(run_id: str, *, flow: str | None = None) -> Failure | None:
     """Run the next step of ``run_id`` if this delivery wins the claim; otherwise do nothing.
+
+    ``flow``: the flow the task was published for, when its message says (the claim then sends
+    the server that flow's steps only); a wrong one costs the claim the long way, nothing else.
 
     Consecutive steps that neither wait nor fail continue in this task, each committed on its
     own (advance and the next claim share one transaction), up to a small bound so that one
@@ -147,7 +150,7 @@ def execute(run_id: str) -> Failure | None:
     runlog.bind(run_id)
     try:
         try:
-            claimed, failure = _claim(run_id, owner), None
+            claimed, failure = _claim(run_id, owner, flow), None
         except DBAPIError as exc:
             if not is_transient(exc):
                 raise
@@ -324,10 +327,10 @@ def _discard(run_id: str, exc: InterludeError) -> Ended:
     return Ended(StepOutcome.DISCARDED)
 
 
-def _claim(run_id: str, owner: str) -> Claimed | None:
+def _claim(run_id: str, owner: str, flow_name: str | None = None) -> Claimed | None:
     def attempt() -> tuple[Claimed | None, list[tuple[Flow, Interrupt]]]:
         waiting: list[tuple[Flow, Interrupt]] = []
-        claimed = _claim_at_once(run_id, owner)
+        claimed = _claim_at_once(run_id, owner, flow_name)
         if claimed is not None:
             return claimed, waiting
         return _claim_run(run_id, owner, waiting), waiting
@@ -342,14 +345,18 @@ def _claim(run_id: str, owner: str) -> Claimed | None:
     return claimed
 
 
-def _claim_at_once(run_id: str, owner: str) -> Claimed | None:
+def _claim_at_once(run_id: str, owner: str, flow_name: str | None = None) -> Claimed | None:
     """The common claim in one statement (PostgreSQL): a due run at a step of a flow version
-    this process has. None when it is not that simple: ``_claim_run`` then decides."""
+    this process has (of ``flow_name``, when the task named it). None when it is not that
+    simple: ``_claim_run`` then decides."""
     if not current_dialect().claims_in_one_statement:
         return None
     claimable = _claimable()
+    # The server parses the steps sent at every claim: a worker with many flows sends the
+    # task's flow's own (its versions' steps), not all of them.
+    steps = claimable.steps if flow_name is None else claimable.by_flow.get(flow_name, NO_STEPS)
     with transaction(autocommit=True) as session:
-        found = run_store.claim_at_once(session, run_id, owner=owner, steps=claimable.steps)
+        found = run_store.claim_at_once(session, run_id, owner=owner, steps=steps)
         if found is None:
             return None
         # The ledger is read only when effects wait to be settled (as in ``_claim_run``).
@@ -370,9 +377,13 @@ class _Claimable:
     key: tuple[int, float]
     steps: run_store.ClaimableSteps
     flows: dict[tuple[str, int], Flow]
+    # The steps of each flow name, every version this process has.
+    by_flow: dict[str, run_store.ClaimableSteps]
 
 
 _claimable_cache: _Claimable | None = None
+# A flow this process does not have: nothing to claim in one statement (the long way refuses).
+NO_STEPS = run_store.ClaimableSteps([])
 
 
 def _claimable() -> _Claimable:
@@ -382,21 +393,28 @@ def _claimable() -> _Claimable:
     if cached is not None and cached.key == (registry_generation(), get_settings().lease_seconds):
         return cached
     generation, flows = registered_flows()
-    steps = run_store.ClaimableSteps(
-        [
-            run_store.ClaimableStep(
-                flow=flow.name,
-                version=flow.version,
-                step=step.name,
-                lease_seconds=_lease(step),
-                revalidates=bool(flow.revalidators),
-            )
-            for flow in flows
-            for step in flow.steps.values()
-        ]
-    )
+    every = [
+        run_store.ClaimableStep(
+            flow=flow.name,
+            version=flow.version,
+            step=step.name,
+            lease_seconds=_lease(step),
+            revalidates=bool(flow.revalidators),
+        )
+        for flow in flows
+        for step in flow.steps.values()
+    ]
+    by_flow = {
+        name: run_store.ClaimableSteps([s for s in every if s.flow == name])
+        for name in {s.flow for s in every}
+    }
     by_version = {(flow.name, flow.version): flow for flow in flows}
-    _claimable_cache = _Claimable((generation, get_settings().lease_seconds), steps, by_version)
+    _claimable_cache = _Claimable(
+        (generation, get_settings().lease_seconds),
+        run_store.ClaimableSteps(every),
+        by_version,
+        by_flow,
+    )
     return _claimable_cache
 
 

@@ -18,3 +18,9 @@ QUEUE_MAINTENANCE = "interlude.maintenance"
 # Notifiers call people's systems (webhooks, mail): a queue of its own, so that they can be
 # given a worker of their own and watched apart, which every worker started without -Q takes.
 QUEUE_NOTIFY = "interlude.notify"
+
+# A step or resume task's message header naming the flow of the run it was published for: the
+# claim then sends that flow's steps only, not every step the worker has loaded (a parameter
+# the server parses at every claim). Workers that do not know it ignore it; a task without it
+# is claimed against every step, as before.
+FLOW_HEADER = "interlude_flow"

@@ -21,7 +21,14 @@ from models.kept import keep_connections
 from models.settings import get_settings
 from worker.app import app
 from worker.engine.heap import freeze_inherited_heap, freeze_startup_heap
-from worker.engine.tasknames import TASK_NOTIFY, TASK_REAP, TASK_RESUME, TASK_STEP, TASK_SWEEP
+from worker.engine.tasknames import (
+    FLOW_HEADER,
+    TASK_NOTIFY,
+    TASK_REAP,
+    TASK_RESUME,
+    TASK_STEP,
+    TASK_SWEEP,
+)
 from worker.ops import runlog, step_metrics, tracing
 from worker.ops.stats import serve_from_worker
 
@@ -45,7 +52,7 @@ STEP_REQUEST = "worker.engine.child_lost:StepRequest"
 def run_step(run_id: str) -> None:
     from worker.engine.runtime import execute
 
-    report(execute(run_id))
+    report(execute(run_id, flow=flow_named_by(run_step)))
 
 
 @app.task(name=TASK_RESUME, ignore_result=True, throws=EXPECTED, Request=STEP_REQUEST)  # type: ignore[untyped-decorator]
@@ -53,7 +60,13 @@ def resume_run(run_id: str) -> None:
     """Continue an accepted resume: fresh lease and epoch, settle effects, run the step."""
     from worker.engine.runtime import execute
 
-    report(execute(run_id))
+    report(execute(run_id, flow=flow_named_by(resume_run)))
+
+
+def flow_named_by(task: Any) -> str | None:
+    """The flow the task's message was published for (its ``FLOW_HEADER``), if it names one."""
+    flow = task.request.get(FLOW_HEADER)
+    return flow if isinstance(flow, str) and flow else None
 
 
 def report(failure: Failure | None) -> None:
