@@ -9,9 +9,13 @@ back raw, and its headers handed to the task's request as a worker would.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+
+import pytest
 
 from tests.conftest import REDIS_DB
 from tests.services import redis_client
+from worker.app import app
 from worker.engine import dispatch
 from worker.engine.tasknames import FLOW_HEADER, TASK_STEP
 from worker.engine.tasks import flow_named_by, run_step
@@ -19,15 +23,27 @@ from worker.engine.tasks import flow_named_by, run_step
 QUEUE = "interlude.test_headers"
 
 
-def test_a_step_tasks_message_names_its_flow() -> None:
+@pytest.fixture()
+def spare_queue() -> Iterator[str]:
+    """QUEUE, empty; Celery adds a queue it is asked to publish to to the app's queues, and
+    this process's app gets its four back afterwards (``test_app_config`` counts them)."""
     broker = redis_client(REDIS_DB)
     broker.delete(QUEUE)
+    try:
+        yield QUEUE
+    finally:
+        app.amqp.queues.pop(QUEUE, None)
+        broker.delete(QUEUE)
+
+
+def test_a_step_tasks_message_names_its_flow(spare_queue: str) -> None:
+    broker = redis_client(REDIS_DB)
     # Given a step published as interlude publishes every step
     dispatch.celery_publisher(
-        TASK_STEP, "r1", queue=QUEUE, countdown=None, flow="procurement", step="certify"
+        TASK_STEP, "r1", queue=spare_queue, countdown=None, flow="procurement", step="certify"
     )
     # Then its message carries the flow in a header of its own, beside Celery's
-    raw = broker.rpop(QUEUE)
+    raw = broker.rpop(spare_queue)
     assert raw is not None
     headers = json.loads(raw)["headers"]
     assert headers[FLOW_HEADER] == "procurement"
