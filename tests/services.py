@@ -234,21 +234,32 @@ def forget_connections() -> None:
 @contextmanager
 def statements_sent(url: str) -> Iterator[list[str]]:
     """The first word of every statement this process sends to ``url`` within the block."""
+    sent: list[str] = []
+
+    def seen(sql: str, _params: Any) -> None:
+        sent.append(sql.split(None, 1)[0].upper())
+
+    with each_statement(url, seen):
+        yield sent
+
+
+@contextmanager
+def each_statement(url: str, seen: Callable[[str, Any], None]) -> Iterator[None]:
+    """``seen(sql, parameters)`` for every statement this process sends to ``url`` within the
+    block (SQLAlchemy's ``before_cursor_execute``, which the driver's statements fire too)."""
     from sqlalchemy import event
 
     from models.db import get_engine
 
-    sent: list[str] = []
-
-    def seen(_conn: object, _cursor: object, sql: str, *_: object) -> None:
-        sent.append(sql.split(None, 1)[0].upper())
+    def listener(_conn: object, _cursor: object, sql: str, params: Any, *_: object) -> None:
+        seen(sql, params)
 
     engine = get_engine(url)
-    event.listen(engine, "before_cursor_execute", seen)
+    event.listen(engine, "before_cursor_execute", listener)
     try:
-        yield sent
+        yield
     finally:
-        event.remove(engine, "before_cursor_execute", seen)
+        event.remove(engine, "before_cursor_execute", listener)
 
 
 @contextmanager

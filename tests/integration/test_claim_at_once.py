@@ -14,6 +14,7 @@ import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import timedelta
+from typing import Any
 
 import pytest
 from sqlalchemy import select, update
@@ -22,7 +23,7 @@ from models import runs as store
 from models.db import dialect, transaction, utcnow
 from models.enums import EventKind, RunState
 from models.tables import Event, Run
-from tests.services import statements_sent
+from tests.services import each_statement, statements_sent
 from worker import enqueue_run
 from worker.engine.runtime import execute
 from worker.testing import TaskRecorder
@@ -173,24 +174,16 @@ def test_a_delivery_with_nothing_to_claim_says_so(
 @contextmanager
 def _claim_steps_sent(url: str) -> Iterator[list[list[str]]]:
     """The flows named in each claimable-steps parameter this process sends within the block."""
-    from sqlalchemy import event
-
-    from models.db import get_engine
-
     sent: list[list[str]] = []
 
-    def seen(_conn: object, _cursor: object, _sql: str, params: object, *_: object) -> None:
+    def seen(_sql: str, params: Any) -> None:
         values = params.values() if isinstance(params, dict) else params
         for value in values if isinstance(values, (list, tuple, type({}.values()))) else ():
             if isinstance(value, str) and value.startswith('[{"flow": '):
                 sent.append(sorted({step["flow"] for step in json.loads(value)}))
 
-    engine = get_engine(url)
-    event.listen(engine, "before_cursor_execute", seen)
-    try:
+    with each_statement(url, seen):
         yield sent
-    finally:
-        event.remove(engine, "before_cursor_execute", seen)
 
 
 def test_a_task_naming_its_flow_claims_with_that_flows_steps_only(
