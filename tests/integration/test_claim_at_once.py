@@ -173,13 +173,15 @@ def test_a_delivery_with_nothing_to_claim_says_so(
 
 @contextmanager
 def _claim_steps_sent(url: str) -> Iterator[list[list[str]]]:
-    """The flows named in each claimable-steps parameter this process sends within the block."""
+    """For each one-statement claim this process sends within the block, the flows named in
+    its claimable-steps parameter (the statement reads it as ``s(flow, ...)``)."""
     sent: list[list[str]] = []
 
-    def seen(_sql: str, params: Any) -> None:
-        values = params.values() if isinstance(params, dict) else params
-        for value in values if isinstance(values, (list, tuple, type({}.values()))) else ():
-            if isinstance(value, str) and value.startswith('[{"flow": '):
+    def seen(sql: str, params: Any) -> None:
+        if " AS s(flow " not in sql:
+            return
+        for value in params.values() if isinstance(params, dict) else params:
+            if isinstance(value, str) and value.startswith("["):
                 sent.append(sorted({step["flow"] for step in json.loads(value)}))
 
     with each_statement(url, seen):
@@ -220,3 +222,12 @@ def test_a_task_naming_another_flow_still_claims_its_run(pg: str, tasks: TaskRec
         assert store.load_run(session, run_id).state == RunState.SUCCEEDED.value
     claims = [e for e in _events(run_id) if e[0] == "claim"]
     assert claims[0] == ("claim", "queued", "running", {"epoch": 1, "step": "first"})
+    # ...and a flow this process does not have sends no one-statement claim at all
+    other = enqueue_run("three_steps", {"n": 2})
+    tasks.clear()
+    with _claim_steps_sent(pg) as sent:
+        execute(other, flow="no_such_flow")
+    assert sent == []
+    tasks.drain()
+    with transaction(readonly=True) as session:
+        assert store.load_run(session, other).state == RunState.SUCCEEDED.value

@@ -353,8 +353,12 @@ def _claim_at_once(run_id: str, owner: str, flow_name: str | None = None) -> Cla
         return None
     claimable = _claimable()
     # The server parses the steps sent at every claim: a worker with many flows sends the
-    # task's flow's own (its versions' steps), not all of them.
-    steps = claimable.steps if flow_name is None else claimable.by_flow.get(flow_name, NO_STEPS)
+    # task's flow's own (its versions' steps), not all of them. A flow this process does not
+    # have would match nothing: no statement is sent, and the long way, which reads the run,
+    # decides.
+    steps = claimable.steps if flow_name is None else claimable.by_flow.get(flow_name)
+    if steps is None:
+        return None
     with transaction(autocommit=True) as session:
         found = run_store.claim_at_once(session, run_id, owner=owner, steps=steps)
         if found is None:
@@ -382,8 +386,6 @@ class _Claimable:
 
 
 _claimable_cache: _Claimable | None = None
-# A flow this process does not have: nothing to claim in one statement (the long way refuses).
-NO_STEPS = run_store.ClaimableSteps([])
 
 
 def _claimable() -> _Claimable:
