@@ -108,7 +108,7 @@ W1_COMPOSED: tuple[tuple[str, Part, list[Part], Part | None], ...] = (
         ("attempt.insert", (ACCEPTED,)),
     ),
     (
-        "`ctx.effect`: the intent, with the lease renewal riding along",
+        "`ctx.effect` a third of a lease after the claim: the intent, with the lease renewal",
         ("effect.intent", ()),
         [("run.renew_lease", ())],
         None,

@@ -69,8 +69,11 @@ class StepContext:
     # The effect ledger of the run, loaded on first use (None until then).
     effects: dict[str, LedgerEntry] | None
     resuming: bool = False
-    # The step's lease: renewed to this length right before an effect's function is called.
+    # The step's lease: renewed to this length before an effect's function is called, unless
+    # less than a third of it has passed since it was claimed or last renewed.
     lease_seconds: float = DEFAULT_LEASE_SECONDS
+    # When the lease ends, as the claim or this execution's last renewal wrote it.
+    lease_expires_at: datetime | None = None
     applied_effects: list[str] = field(default_factory=list)
     pending_outcomes: list[Outcome] = field(default_factory=list)
     counters: dict[str, int] = field(default_factory=dict)

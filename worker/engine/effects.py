@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Protocol
 
 from models import canonical
@@ -64,6 +65,8 @@ class EffectScope(Protocol):
     checkpoint_id: str
     checkpoint_seq: int
     lease_seconds: float
+    # When the lease ends as this execution last wrote it (``fencing.LeaseHolder``).
+    lease_expires_at: datetime | None
     applied_effects: list[str]
     # Outcomes recorded by the step's next transaction (its commit, or another intent).
     pending_outcomes: list[Outcome]
@@ -348,18 +351,22 @@ def _repair_for(ctx: EffectScope, name: str, entry: LedgerEntry) -> RepairResolu
 def _record_intent(
     ctx: EffectScope, name: str, key: str, request_hash: str, *, exists: bool
 ) -> fencing.Lease | None:
-    """Commit the intent (with any outcome still pending) and renew the lease; None if a new
-    key was taken."""
+    """Commit the intent (with any outcome still pending), renewing the lease unless it is
+    fresh; None if a new key was taken."""
+    # A lease claimed or renewed less than a third of it ago is not renewed: every write here
+    # is fenced on the epoch by itself, and the lease keeper renews it later in any case.
+    lease = fencing.fresh_lease(ctx)
     # One write in the common case (a new key, no outcome pending): its own transaction.
     with transaction(autocommit=not (exists or ctx.pending_outcomes)) as session:
         renewal: Write | None = None
         if exists or ctx.pending_outcomes:
-            lease = fencing.renew_for_call(session, ctx)
+            if lease is None:
+                lease = fencing.renew_for_call(session, ctx)
             if ctx.pending_outcomes:
                 effect_store.record_outcomes(
                     session, run_id=ctx.run_id, epoch=ctx.epoch, outcomes=ctx.pending_outcomes
                 )
-        else:
+        elif lease is None:
             # The common case, one statement: the renewal rides with the intent, which is
             # written only while the lease is ours (a stale owner is told by _key_taken).
             lease, renewal = fencing.renewal_for_call(ctx)
@@ -377,6 +384,7 @@ def _record_intent(
     ctx.pending_outcomes.clear()
     if not written:
         return None
+    ctx.lease_expires_at = lease.expires_at
     _remember(ctx, key, name, EffectStatus.INTENT, None, request_hash)
     return lease
 

@@ -4,8 +4,9 @@ No ledger can stop a worker frozen *inside* an effect's function from finishing 
 the run moved on. Two habits narrow the window, and the function's target closes it (it gets
 the idempotency key and the fencing epoch):
 
-* a worker calls ``fn`` only while its lease, freshly renewed, has more than a margin left, so
-  a call starts well before anyone else may own the run;
+* a worker calls ``fn`` only while its lease is fresh (claimed or renewed less than a third
+  of it ago, else renewed with the intent) and has more than a margin left, so a call starts
+  well before anyone else may own the run;
 * a later owner that finds an older owner's intent unsettled waits until that owner's lease
   expired plus a grace before it asks the reconciler or an operator, so a call that was still
   in flight has had time to land where the reconciler will see it.
@@ -43,13 +44,26 @@ class LeaseHolder(Protocol):
     @property
     def lease_seconds(self) -> float: ...
 
+    # When the lease ends, as this execution last wrote it (its claim, or a renewal with an
+    # intent); None when unknown. The lease keeper's renewals are not counted: they only
+    # make the lease longer than this says.
+    lease_expires_at: datetime | None
+
+
+# A lease with at least this share of its length left needs no renewal before an effect's call.
+# It is the lease keeper's own rule (it renews once a third of a lease has passed): renewing a
+# lease the claim gave a moment ago (most effects run soon after their step's claim) was one
+# more write of the run's row per effect, 8 % of the server's instructions in a W1 run.
+FRESH_SHARE = 2 / 3
+
 
 @dataclass(frozen=True)
 class Lease:
-    """A lease renewed just now, as this process's monotonic clock sees it."""
+    """A lease as this process's monotonic clock sees it, and when it ends as written."""
 
     deadline: float
     margin: float
+    expires_at: datetime
 
     def left(self) -> float:
         return self.deadline - time.monotonic()
@@ -58,6 +72,18 @@ class Lease:
 def margin_for(lease_seconds: float) -> float:
     """The configured margin, at most half the step's lease (else no effect could ever run)."""
     return min(get_settings().effect_margin, lease_seconds / 2)
+
+
+def fresh_lease(ctx: LeaseHolder) -> Lease | None:
+    """The lease as the claim or the last renewal left it, if at least ``FRESH_SHARE`` of it
+    is left; None when it must be renewed before a call (or is not known)."""
+    if ctx.lease_expires_at is None:
+        return None
+    # (Never counted as longer than a lease, whatever the wall clock did since it was written.)
+    left = min((ctx.lease_expires_at - utcnow()).total_seconds(), ctx.lease_seconds)
+    if left < ctx.lease_seconds * FRESH_SHARE:
+        return None
+    return Lease(time.monotonic() + left, margin_for(ctx.lease_seconds), ctx.lease_expires_at)
 
 
 def renew_for_call(session: Scope, ctx: LeaseHolder) -> Lease:
@@ -70,7 +96,7 @@ def renew_for_call(session: Scope, ctx: LeaseHolder) -> Lease:
     expires_at = now + timedelta(seconds=ctx.lease_seconds)
     if not runs.renew_lease(session, ctx.run_id, epoch=ctx.epoch, expires_at=expires_at):
         raise FencedError(run_id=ctx.run_id, epoch=ctx.epoch)
-    return Lease(started + ctx.lease_seconds, margin_for(ctx.lease_seconds))
+    return Lease(started + ctx.lease_seconds, margin_for(ctx.lease_seconds), expires_at)
 
 
 def renewal_for_call(ctx: LeaseHolder) -> tuple[Lease, Write]:
@@ -79,7 +105,7 @@ def renewal_for_call(ctx: LeaseHolder) -> tuple[Lease, Write]:
     started, now = time.monotonic(), utcnow()
     expires_at = now + timedelta(seconds=ctx.lease_seconds)
     renewal = runs.lease_renewal(ctx.run_id, epoch=ctx.epoch, expires_at=expires_at)
-    return Lease(started + ctx.lease_seconds, margin_for(ctx.lease_seconds)), renewal
+    return Lease(started + ctx.lease_seconds, margin_for(ctx.lease_seconds), expires_at), renewal
 
 
 def check_margin(ctx: LeaseHolder, name: str, lease: Lease) -> None:

@@ -200,6 +200,7 @@ def _execute_step(claimed: Claimed, owner: str, *, may_chain: bool) -> Ended:
         effects=claimed.ledger,
         resuming=claimed.resuming,
         lease_seconds=_lease(claimed.step),
+        lease_expires_at=run.lease_expires_at,
         remembered=dict(claimed.checkpoint.remembered or {}),
         started_at=utcnow(),
     )
