@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from alembic import command
@@ -26,7 +27,7 @@ from models.enums import (
 )
 from models.migrate import alembic_config, current_head, upgrade
 from models.tables import Base, Event, Run
-from tests.services import create_pg_database
+from tests.services import create_pg_database, each_statement
 
 
 def _ours(name: str | None, type_: str, parent_names: object) -> bool:
@@ -156,3 +157,34 @@ def test_actors_that_acted_as_services_stay_services_after_the_upgrade(fresh_url
     assert kinds == {"alice": "human", "bot": "service", "carol": "human"}
     # And the way back drops the kind again
     command.downgrade(alembic_config(fresh_url), "sec11_keys_per_actor")
+
+
+def test_the_repeated_work_totals_and_a_runs_forks_are_read_through_their_partial_indexes(
+    database_url: str,
+) -> None:
+    # The migration writes the repeated-work kinds out; the query derives them from the enum:
+    # a kind added to one and not the other would leave the totals scanning every event.
+    from models.db import transaction
+    from models.queries import repeated_work
+
+    sent: list[tuple[str, Any]] = []
+    with (
+        each_statement(database_url, lambda sql, params: sent.append((sql, params))),
+        transaction(readonly=True) as session,
+    ):
+        repeated_work(session)
+    (totals,) = [(sql, params) for sql, params in sent if "FROM events" in sql]
+    forks = ("SELECT id FROM runs WHERE forked_from = 'r1' ORDER BY created_at", None)
+    engine = get_engine(database_url)
+    with engine.connect() as conn:
+        if engine.dialect.name == "postgresql":
+            conn.exec_driver_sql("SET enable_seqscan = off")
+            explain = "EXPLAIN"
+        else:
+            explain = "EXPLAIN QUERY PLAN"
+        plans = [
+            "\n".join(str(row[-1]) for row in conn.exec_driver_sql(f"{explain} {sql}", params))
+            for sql, params in (totals, forks)
+        ]
+    assert "ix_events_repeated_work" in plans[0], plans[0]
+    assert "ix_runs_forked_from" in plans[1], plans[1]
