@@ -607,19 +607,20 @@ def RUN_CLAIM_AT_ONCE(d: Dialect) -> Any:
     )
     actor = bindparam("claim_actor", type_=Text)
     claim_event = select(
-        literal(0).label("i"),
         literal(EventKind.CLAIM.value).label("trigger"),
         claimed.c.claimed_from.label("from_state"),
         literal(RunState.RUNNING.value).label("to_state"),
         d.json_object("epoch", claimed.c.lease_epoch, "step", claimed.c.next_step).label("detail"),
     )
     again = select(
-        literal(1),
         literal(EventKind.STEP_REEXECUTED.value),
         null(),
         null(),
         d.json_object("step", claimed.c.next_step, "executions", claimed.c.step_executions),
     ).where(claimed.c.step_executions > 1)
+    # The claim's event, then the re-execution's: ``UNION ALL`` runs its branches in order and a
+    # data-modifying statement is never planned in parallel, so the ids follow (no sort: see
+    # ``Dialect.rows_insert``).
     given = union_all(claim_event, again).subquery("e")
     events = insert(EVENTS).from_select(
         ["run_id", "at", "actor", "trigger", "from_state", "to_state", "detail"],
@@ -631,7 +632,7 @@ def RUN_CLAIM_AT_ONCE(d: Dialect) -> Any:
             given.c.from_state,
             given.c.to_state,
             given.c.detail,
-        ).order_by(given.c.i),
+        ),
     )
     answered = (
         (INTERRUPTS.c.run_id == claimed.c.id)
