@@ -267,9 +267,9 @@ class Dialect:
 
         In the rows' order without an ``ORDER BY``: ``jsonb_to_recordset`` yields a list's
         elements in order, a join ``ON true`` (the guard: one row or none) can only be a nested
-        loop, which keeps its outer side's order, and a data-modifying statement is never
-        planned in parallel. The sort that said so cost the server 2.4 % of a W1 run's
-        instructions (a sort's set-up, in each of a run's seven writes of events);
+        loop, which keeps that order whichever side it reads first, and a data-modifying
+        statement is never planned in parallel. The sort that said so cost the server 2.4 % of
+        a W1 run's instructions (a sort's set-up, in each of a run's seven writes of events);
         ``tests/integration/test_event_order.py`` holds the order.
         """
         columns = [

@@ -2,7 +2,7 @@
 
 A write of a row that is not a HOT update (most writes of a run change its state, which is
 indexed) adds an entry to every index of its table, whether the column is NULL or read at all.
-Per W1 run that was seven entries for ``runs.forked_from`` (NULL but in a fork), nine for
+Per W1 run that was seven entries for ``runs.forked_from`` (NULL but for a fork), nine for
 ``events.trigger`` (read only for the repeated-work totals) and one for
 ``resume_attempts.idempotency_key`` (never read alone: attempts are found by
 ``(actor_id, original_key)``). The first two become partial indexes over what their readers
