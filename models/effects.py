@@ -82,8 +82,8 @@ def record_intent(
     """``intent`` for ``key``, fenced on ``epoch``, in one statement.
 
     A new key is inserted unless taken: False then (taken by this run, by another run, or the
-    fence failed; ``key_owner`` tells which); ``renew`` (the owner's lease renewal) rides
-    along with it, in the same round trip. A known key of this run is set back to
+    fence failed; ``key_owner`` tells which); ``renew`` (the owner's lease renewal, when it is
+    due) rides along with it, in the same round trip. A known key of this run is set back to
     ``intent``; a stale owner gets FencedError.
     """
     now = utcnow()
@@ -117,8 +117,8 @@ def record_intent(
 @named("effect.intent", ride=True)
 def EFFECT_INTENT(d: Dialect, prefix: str, guard: FromClause | None) -> UpdateBase:
     """Record a new effect key in ``intent`` unless it is taken, only while the run runs
-    under the writer's epoch, returning its id; the lease renewal rides along
-    (``record_intent``: ``ctx.effect`` before it calls ``fn``)."""
+    under the writer's epoch, returning its id; the lease renewal rides along once a third of
+    the lease has passed (``record_intent``: ``ctx.effect`` before it calls ``fn``)."""
     row = select(*(param(EFFECTS, k, f"{prefix}new_{k}") for k in INTENT_COLUMNS))
     fence = d.lock_shared(
         select(RUNS.c.id).where(
