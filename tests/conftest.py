@@ -88,6 +88,18 @@ def tasks(db: str) -> Iterator[TaskRecorder]:
 
 
 @pytest.fixture()
+def defining(tasks: TaskRecorder) -> Iterator[TaskRecorder]:
+    """``tasks``, with the suite's flows loaded; the flows this test defines are forgotten
+    after it."""
+    from tests.scratch_flows import scratch_registry
+    from worker.flows.flow import load_flow_modules
+
+    load_flow_modules()
+    with scratch_registry():
+        yield tasks
+
+
+@pytest.fixture()
 def scratch() -> None:
     """An empty Redis database for the test flows' "outside world" (``INTERLUDE_TEST_REDIS``)."""
     redis_client(REDIS_DB + 1).flushdb()

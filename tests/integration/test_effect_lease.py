@@ -11,29 +11,18 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
 from datetime import datetime, timedelta
 from typing import Any
 
-import pytest
-
 from models.db import transaction
 from models.tables import Run
-from tests.scratch_flows import scratch_registry
 from tests.services import each_statement
 from worker import enqueue_run, get_run
-from worker.flows.flow import Flow, load_flow_modules
+from worker.flows.flow import Flow
 from worker.testing import TaskRecorder
 
 INTENT = "INSERT INTO effects"
 RENEWAL = "UPDATE runs SET lease_expires_at"
-
-
-@pytest.fixture()
-def defining(tasks: TaskRecorder) -> Iterator[TaskRecorder]:
-    load_flow_modules()
-    with scratch_registry():
-        yield tasks
 
 
 def _lease_of(run_id: str) -> datetime:

@@ -3,7 +3,6 @@ good at its first attempt with one line, never a run left queued, running or wai
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -14,9 +13,8 @@ from models.db import transaction
 from models.errors import FlowDefinitionError
 from models.tables import Run
 from tests.resumes import contract_for, drain_finished, drain_pending, triggers
-from tests.scratch_flows import scratch_registry
 from worker import add_actor, enqueue_run, get_run, submit_resume
-from worker.flows.flow import Flow, load_flow_modules
+from worker.flows.flow import Flow
 from worker.flows.schemas import input_schema
 from worker.testing import TaskRecorder
 
@@ -24,14 +22,6 @@ from worker.testing import TaskRecorder
 @input_schema("flowdef-run.v1")
 class Go(BaseModel):
     note: str = ""
-
-
-@pytest.fixture()
-def defining(tasks: TaskRecorder) -> Iterator[TaskRecorder]:
-    """The suite's flows loaded; the flows this test defines are forgotten after it."""
-    load_flow_modules()
-    with scratch_registry():
-        yield tasks
 
 
 def _runs() -> int:
