@@ -14,7 +14,7 @@ from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from sqlalchemy import insert, text
 
-from models.db import dispose_engines, get_engine, utcnow
+from models.db import dispose_engines, get_engine, transaction, utcnow
 from models.enums import (
     ActorKind,
     ContactChannel,
@@ -26,6 +26,7 @@ from models.enums import (
     RunState,
 )
 from models.migrate import alembic_config, current_head, upgrade
+from models.queries import repeated_work
 from models.tables import Base, Event, Run
 from tests.services import create_pg_database, each_statement
 
@@ -164,9 +165,6 @@ def test_the_repeated_work_totals_and_a_runs_forks_are_read_through_their_partia
 ) -> None:
     # The migration writes the repeated-work kinds out; the query derives them from the enum:
     # a kind added to one and not the other would leave the totals scanning every event.
-    from models.db import transaction
-    from models.queries import repeated_work
-
     sent: list[tuple[str, Any]] = []
     with (
         each_statement(database_url, lambda sql, params: sent.append((sql, params))),
