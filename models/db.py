@@ -158,6 +158,12 @@ def transaction(*, readonly: bool = False, autocommit: bool = False) -> Iterator
         session.close()
 
 
+def autocommits_without_session() -> bool:
+    """Whether ``transaction(autocommit=True)`` runs on a bare connection, each statement its
+    own transaction (PostgreSQL), rather than in a session (SQLite)."""
+    return bool(_session_factory()[1].autocommits_without_session)
+
+
 def once_more_if_disconnected(work: Callable[[], T]) -> T:
     """``work()`` (its own transaction), tried once more if the connection turned out dead.
 

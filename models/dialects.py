@@ -317,11 +317,18 @@ class Dialect:
         return self._with(session, statement, writes, None)
 
     def execute_chain(
-        self, session: Scope, statement: Write, writes: Sequence[Write], then: Write
+        self,
+        session: Scope,
+        statement: Write,
+        writes: Sequence[Write],
+        then: Write,
+        *,
+        given: Write | None = None,
     ) -> tuple[Any, Any]:
         """``execute_with``, and ``then`` at the end of the chain, in the same statement:
         guarded on the rows of the last of ``writes`` (a compare-and-set returning its row),
-        so it writes only if ``statement`` and that write both matched.
+        so it writes only if ``statement`` and that write both matched. ``given``: a query
+        (locking the rows it returns) that ``statement`` itself is guarded on, ahead of it.
 
         Returns ``statement``'s first row (None: it matched nothing, and nothing was written)
         and the first column of the row ``then`` returned (None: it wrote nothing, while
@@ -329,38 +336,56 @@ class Dialect:
         """
         if not writes:
             raise ValueError("a chain needs a write for its last link to be guarded on")
-        row = self._with(session, statement, writes, then).first()
+        row = self._with(session, statement, writes, then, given).first()
         return (None, None) if row is None else (row, row[-1])
 
     def _with(
-        self, session: Scope, statement: Write, writes: Sequence[Write], then: Write | None
+        self,
+        session: Scope,
+        statement: Write,
+        writes: Sequence[Write],
+        then: Write | None,
+        given: Write | None = None,
     ) -> Any:
         count_write(session)
         key: tuple[Any, ...] = ("with", statement.key, tuple(w.key for w in writes))
         if then is not None:
             key += (then.key,)
+        if given is not None:
+            key += ("given", given.key)
 
         params = statement.bound("m_")
         for i, write in enumerate(writes):
             params.update(write.bound(f"w{i}_"))
         if then is not None:
             params.update(then.bound("t_"))
-        return self._run(session, key, lambda: self.compose(statement, writes, then), params)
+        if given is not None:
+            params.update(given.bound("g_"))
+        return self._run(session, key, lambda: self.compose(statement, writes, then, given), params)
 
-    def compose(self, statement: Write, writes: Sequence[Write], then: Write | None) -> Any:
+    def compose(
+        self,
+        statement: Write,
+        writes: Sequence[Write],
+        then: Write | None,
+        given: Write | None = None,
+    ) -> Any:
         """The one statement of ``execute_with`` / ``execute_chain``: ``writes`` (and ``then``)
-        as data-modifying CTEs of ``statement``, guarded on its rows if it returns any."""
-        main = statement.build(self, "m_", None)
+        as data-modifying CTEs of ``statement``, guarded on its rows if it returns any, and
+        ``statement`` guarded on ``given``'s rows, if given."""
+        ahead = [] if given is None else [given.build(self, "g_", None).cte("g")]
+        main = statement.build(self, "m_", ahead[0] if ahead else None)
         if not writes:
-            return main
+            return main.add_cte(*ahead) if ahead else main
         if not len(main.exported_columns):  # nothing to guard on (a plain INSERT)
-            if then is not None:
+            if then is not None or ahead:
                 raise ValueError("a chain starts with a compare-and-set returning its row")
             return main.add_cte(
                 *(w.build(self, f"w{i}_", None).cte(f"w{i}") for i, w in enumerate(writes))
             )
         moved = main.cte("m")
         guarded = [w.build(self, f"w{i}_", moved).cte(f"w{i}") for i, w in enumerate(writes)]
+        guarded[:0] = ahead
         columns: list[Any] = list(moved.c)
         if then is not None:
             last = then.build(self, "t_", guarded[-1]).cte("t")
@@ -492,11 +517,19 @@ class SQLiteDialect(Dialect):
 
     # SQLite has no data-modifying CTEs; it is in-process, so a round trip costs little.
     def execute_chain(
-        self, session: Scope, statement: Write, writes: Sequence[Write], then: Write
+        self,
+        session: Scope,
+        statement: Write,
+        writes: Sequence[Write],
+        then: Write,
+        *,
+        given: Write | None = None,
     ) -> tuple[Any, Any]:
         if not writes:
             raise ValueError("a chain needs a write for its last link to be guarded on")
         count_write(session)  # (one write as far as atomicity goes: it is one transaction)
+        if given is not None and self._execute_one(session, given).first() is None:
+            return None, None
         row = self._execute_one(session, statement).first()
         if row is None:
             return None, None

@@ -14,7 +14,19 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Integer, Table, bindparam, func, insert, or_, select, update
+from sqlalchemy import (
+    Integer,
+    Select,
+    Table,
+    bindparam,
+    exists,
+    func,
+    insert,
+    literal_column,
+    or_,
+    select,
+    update,
+)
 from sqlalchemy.orm import Session
 from sqlalchemy.sql import FromClause
 from sqlalchemy.sql.dml import UpdateBase
@@ -27,6 +39,7 @@ from models.dialects import Dialect
 from models.enums import EventKind, InterruptStatus
 from models.redaction import redacted_row
 from models.runs import RUNS, new_id, storable_id
+from models.scope import Scope
 from models.settings import get_settings, notify_due_in
 from models.statements import Write, insert_row, named, only_if, row_values
 from models.tables import Actor, Interrupt, ResumeAttempt, Run, committed, from_row, loaded
@@ -551,6 +564,82 @@ def actor_and_original(
     found = row[len(ACTORS.c) :]
     original = from_row(ResumeAttempt, found) if found[ATTEMPT_ID] is not None else None
     return actor, original
+
+
+def answer_context(
+    scope: Scope, actor_id: str, key: str, interrupt_id: str
+) -> tuple[Actor, ResumeAttempt | None, Interrupt, Run] | None:
+    """What an answer is decided on, in one round trip and without a lock: the actor, the
+    attempt by which it claimed idempotency key ``key`` (if any), the interrupt and its run.
+    None when the actor or the interrupt is not there.
+
+    For an answer accepted at once (``worker.gateway.at_once``), whose write then takes the
+    locks and checks again what the decision read (``answerable_write``).
+    """
+    params = {"by_actor": actor_id, "by_key": key, "answered_interrupt": interrupt_id}
+    row = dialect(scope).run(scope, ANSWER_CONTEXT, (), params).first()
+    if row is None:
+        return None
+    attempt_at, interrupt_at = len(ACTORS.c), len(ACTORS.c) + len(ATTEMPTS.c)
+    found = row[attempt_at:interrupt_at]
+    original = from_row(ResumeAttempt, found) if found[ATTEMPT_ID] is not None else None
+    return (
+        from_row(Actor, row),
+        original,
+        from_row(Interrupt, row, interrupt_at),
+        from_row(Run, row, interrupt_at + len(INTERRUPTS.c)),
+    )
+
+
+@named("interrupt.answer_context")
+def ANSWER_CONTEXT(d: Dialect) -> Any:
+    """Read an actor, the attempt by which it claimed an idempotency key (if any), an interrupt
+    and its run, without a lock (``answer_context``: the resume gateway's one read for an
+    answer it may accept at once)."""
+    return (
+        select(*ACTORS.c, *ATTEMPTS.c, *INTERRUPTS.c, *RUNS.c)
+        .select_from(ACTORS)
+        .outerjoin(ATTEMPTS, _claimed_key(ACTORS.c.id))
+        .join(INTERRUPTS, INTERRUPTS.c.id == bindparam("answered_interrupt"))
+        .join(RUNS, RUNS.c.id == INTERRUPTS.c.run_id)
+        .where(ACTORS.c.id == bindparam("by_actor"))
+    )
+
+
+def answerable_write(interrupt: Interrupt, actor: Actor) -> Write:
+    """The guard of an answer accepted at once, at the head of its one statement: the
+    interrupt still pending, locked, and ``actor`` still as it was authenticated (active,
+    the same credential, kind and roles), locked for share, as the gateway's transaction
+    holds them from its first read (``models.runs.move_recorded``'s ``given``)."""
+    params = {
+        "interrupt": interrupt.id,
+        "actor": actor.id,
+        "credential_hash": actor.credential_hash,
+        "kind": actor.kind,
+        "roles": actor.roles,
+    }
+    return Write(INTERRUPT_ANSWERABLE, (), params)
+
+
+@named("interrupt.answerable", ride=True)
+def INTERRUPT_ANSWERABLE(d: Dialect, prefix: str, guard: FromClause | None) -> Any:
+    """Lock an interrupt if it is still pending and its answering actor is still as it was
+    authenticated (active, the same credential, kind and roles; locked for share, so that a
+    revoke waits), returning its id (``answerable_write``: the head of an answer accepted
+    at once, which the run's move is guarded on)."""
+    unchanged: Select[Any] = select(literal_column("1")).where(
+        ACTORS.c.id == bindparam(prefix + "actor"),
+        ACTORS.c.revoked_at.is_(None),
+        ACTORS.c.credential_hash == bindparam(prefix + "credential_hash"),
+        ACTORS.c.kind == bindparam(prefix + "kind"),
+        ACTORS.c.roles == bindparam(prefix + "roles", type_=ACTORS.c.roles.type),
+    )
+    pending = select(INTERRUPTS.c.id).where(
+        INTERRUPTS.c.id == bindparam(prefix + "interrupt"),
+        INTERRUPTS.c.status == PENDING,
+        exists(d.lock_shared(unchanged)),
+    )
+    return d.lock(only_if(pending, guard), of=INTERRUPTS)
 
 
 @named("actor.with_original_attempt")

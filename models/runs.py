@@ -777,7 +777,7 @@ def move_through(
 
 
 def move_recorded(
-    session: Session,
+    session: Scope,
     run: Run,
     trigger: EventKind,
     *,
@@ -785,11 +785,13 @@ def move_recorded(
     detail: Any = None,
     writes: Sequence[Write],
     then: Write,
+    given: Write | None = None,
     **fields: Any,
 ) -> Any:
     """``move``, and ``then`` after it in the same round trip, guarded on the last of
     ``writes`` (a compare-and-set returning its row): written only if the run and that row
-    both moved. Returns the first column ``then`` returned.
+    both moved. Returns the first column ``then`` returned. ``given``: a query the run's move
+    is guarded on in turn (a lost race if it finds nothing).
 
     None when the last write matched nothing: then the run's move and the other writes were
     made all the same, and the caller's transaction must roll back. A lost race on the run
@@ -805,6 +807,7 @@ def move_recorded(
         writes=writes,
         then=then,
         fields=fields,
+        given=given,
     )
 
 
@@ -819,6 +822,7 @@ def _move(
     writes: Sequence[Write],
     then: Write | None,
     fields: dict[str, Any],
+    given: Write | None = None,
 ) -> Any:
     """The CAS of ``move_through`` (``run`` updated in place), and what ``then`` returned."""
     overridden = LIFECYCLE_FIELDS & fields.keys()
@@ -845,9 +849,13 @@ def _move(
     )
     strategy, move = dialect(session), _move_write(run, values, fence_epoch)
     if then is None:
+        if given is not None:
+            raise ValueError("a move guarded on a query is a chain: give it a then")
         returned, recorded = strategy.execute_with(session, move, [*events, *writes]).first(), None
     else:
-        returned, recorded = strategy.execute_chain(session, move, [*events, *writes], then)
+        returned, recorded = strategy.execute_chain(
+            session, move, [*events, *writes], then, given=given
+        )
     if returned is None:
         _raise_lost_race(session, run, fence_epoch)
     values["pause_requested_by"] = returned.pause_requested_by

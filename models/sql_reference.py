@@ -21,6 +21,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
+from sqlalchemy import Select
 from sqlalchemy.engine import Dialect as SQLDialect
 
 from models.dialects import Dialect, SQLiteDialect
@@ -84,15 +85,16 @@ COMPLETE = (
     "updated_at",
 )
 # What one W1 run (start, one approval, resume, a final step with one effect) sends on
-# PostgreSQL as one statement each, besides the claims and the gateway's reads: the main
-# write, the writes riding along it, and the write chained at the end (if any); the shapes
-# are those W1 sends.
+# PostgreSQL as one statement each, besides the claims and the gateway's read: the main
+# write, the writes riding along it, the write chained at the end (if any) and the query the
+# main write is guarded on (if any); the shapes are those W1 sends.
 Part = tuple[str, tuple[Any, ...]]
-W1_COMPOSED: tuple[tuple[str, Part, list[Part], Part | None], ...] = (
+W1_COMPOSED: tuple[tuple[str, Part, list[Part], Part | None, Part | None], ...] = (
     (
         "`enqueue_run`: the run, its checkpoint 0, its `enqueue` event",
         ("run.insert", ()),
         [("checkpoint.insert", ()), ("event.insert", EVENT_COLUMNS)],
+        None,
         None,
     ),
     (
@@ -100,23 +102,28 @@ W1_COMPOSED: tuple[tuple[str, Part, list[Part], Part | None], ...] = (
         ("run.move", (True, SUSPEND)),
         [("event.insert", EVENT_COLUMNS), ("interrupt.insert", ())],
         None,
+        None,
     ),
     (
-        "an accepted resume: the run's move, its event, the interrupt resolved, then the attempt",
+        "an answer accepted at once: guarded on the interrupt still pending and its actor"
+        " unchanged, the run's move, its event, the interrupt resolved, then the attempt",
         ("run.move", (False, RESUME)),
         [("event.insert", EVENT_COLUMNS), ("interrupt.move", RESOLVE)],
         ("attempt.insert", (ACCEPTED,)),
+        ("interrupt.answerable", ()),
     ),
     (
         "`ctx.effect` a third of a lease after the claim: the intent, with the lease renewal",
         ("effect.intent", ()),
         [("run.renew_lease", ())],
         None,
+        None,
     ),
     (
         "a step's last commit: the run's `complete`, its events, the checkpoint, the outcome",
         ("run.move", (True, COMPLETE)),
         [("event.insert", EVENT_COLUMNS), ("checkpoint.insert", ()), ("effect.outcome", ())],
+        None,
         None,
     ),
 )
@@ -191,7 +198,11 @@ def _statement_section(statement: Statement) -> Iterator[str]:
     yield ""
     yield statement.doc
     yield ""
-    kind = "a write that may ride along another statement" if statement.ride else "a statement"
+    kind = "a statement"
+    if statement.ride:
+        kind = "a write that may ride along another statement"
+        if isinstance(built(statement, TARGETS[0][1], statement.shapes[0]), Select):
+            kind = "a query that may head another statement, which is guarded on its rows"
     yield f"Built by `{statement.module}.{statement.build.__name__}`, {kind}."
     yield ""
     for shape in statement.shapes:
@@ -216,19 +227,27 @@ def _composed_section() -> Iterator[str]:
         "On PostgreSQL the writes of one transaction go as one statement: the first write, and"
         " the others as data-modifying CTEs guarded on its rows (`Dialect.execute_with`,"
         " `execute_chain`), so a compare-and-set that matches nothing writes nothing at all."
-        " Parameters are renamed per part (`m_`, `w0_`, `w1_`..., `t_`). On SQLite the same"
+        " Parameters are renamed per part (`g_`, `m_`, `w0_`, `w1_`..., `t_`). On SQLite the same"
         " writes go one by one, in order, in one transaction."
     )
     yield ""
     strategy, dialect = TARGETS[0][1], TARGETS[0][2]
-    for title, main, writes, then in W1_COMPOSED:
+    for title, main, writes, then, given in W1_COMPOSED:
         yield f"### {title}"
         yield ""
-        parts = [main[0], *(w[0] for w in writes), *([then[0]] if then else [])]
+        parts = [
+            *([given[0]] if given else []),
+            main[0],
+            *(w[0] for w in writes),
+            *([then[0]] if then else []),
+        ]
         yield "Of: " + ", ".join(f"`{name}`" for name in parts) + "."
         yield ""
         statement = strategy.compose(
-            _write(*main), [_write(*w) for w in writes], _write(*then) if then else None
+            _write(*main),
+            [_write(*w) for w in writes],
+            _write(*then) if then else None,
+            _write(*given) if given else None,
         )
         yield from _sql_block(*compiled(statement, dialect))
 

@@ -28,7 +28,7 @@ from collections.abc import Callable, Hashable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from sqlalchemy import Table, bindparam, exists, literal_column, select
+from sqlalchemy import Select, Table, bindparam, exists, literal_column, select
 from sqlalchemy.sql import FromClause, Insert, Update
 from sqlalchemy.sql.elements import BindParameter
 
@@ -191,11 +191,11 @@ def insert_row(
     return statement.from_select(list(columns), row.select_from(guard))
 
 
-U = TypeVar("U", bound=Update)
+U = TypeVar("U", Update, Select[Any])
 
 
 def only_if(statement: U, guard: FromClause | None) -> U:
-    """``statement`` (an UPDATE) restricted to when ``guard`` has a row."""
+    """``statement`` (an UPDATE, or a query) restricted to when ``guard`` has a row."""
     if guard is None:
         return statement
     return statement.where(exists(select(literal_column("1")).select_from(guard)))

@@ -98,11 +98,12 @@ def test_the_driver_sends_the_text_the_reference_shows() -> None:
                 continue
             assert _as_named(sent).strip() == sql_reference.compiled(built, dialect)[0]
             compared += 1
-    for _, main, writes, then in sql_reference.W1_COMPOSED:
+    for _, main, writes, then, given in sql_reference.W1_COMPOSED:
         composed = strategy.compose(
             Write(sql_reference.STATEMENTS[main[0]], main[1]),
             [Write(sql_reference.STATEMENTS[n], s) for n, s in writes],
             None if then is None else Write(sql_reference.STATEMENTS[then[0]], then[1]),
+            None if given is None else Write(sql_reference.STATEMENTS[given[0]], given[1]),
         )
         sent = DriverStatement(composed, PSYCOPG).sql
         assert _as_named(sent).strip() == sql_reference.compiled(composed, dialect)[0]

@@ -18,6 +18,8 @@ from models.contracts import ResumeContract, ResumeResult
 from models.db import transaction, utcnow
 from models.enums import Decision, EventKind, InterruptKind, ResumeOutcome, RunState
 from models.errors import StaleStateError
+from models.scope import Scope
+from models.statements import Write
 from models.tables import Interrupt, Run
 from worker.flows.declarations import PAUSE_INTERRUPT
 from worker.flows.migration import DEFERRED
@@ -49,17 +51,33 @@ def accept(
     (``revalidation: deferred`` on the event). An ask of a group releases the run only with
     the answer that meets the group's need; the others are recorded and the run waits on.
     """
+    if interrupt.ask_group is None:
+        return release(session, contract, submitted, attempt, interrupt, run, revalidated)
+    group = _group_progress(session, interrupt, run)
+    if not group.met:
+        return Accepted(_answer_in_group(session, contract, submitted, attempt, interrupt, group))
+    accepted = release(session, contract, submitted, attempt, interrupt, run, revalidated)
+    return Accepted(accepted.result, released=True, group=interrupt.ask_group)
+
+
+def release(
+    scope: Scope,
+    contract: ResumeContract,
+    submitted: dict[str, Any],
+    attempt: attempts.Attempt,
+    interrupt: Interrupt,
+    run: Run,
+    revalidated: bool,
+    *,
+    given: Write | None = None,
+) -> Accepted:
+    """Resolve the interrupt and move the run to ``resuming``, with the attempt, in one
+    statement; ``given``: the query that statement is guarded on as well (an answer accepted
+    at once: ``worker.gateway.at_once``). Raises ``LostRace`` if it wrote nothing."""
     now = utcnow()
     # Recorded under the authenticated id's normal form, not as the contract spells it.
     who = attempt.actor_id or contract.actor.id
     actor = f"{contract.actor.type}:{who}"
-    group = None
-    if interrupt.ask_group is not None:
-        group = _group_progress(session, interrupt, run)
-        if not group.met:
-            return Accepted(
-                _answer_in_group(session, contract, submitted, attempt, interrupt, group)
-            )
     fields: dict[str, Any] = {"dispatched_at": now}
     approved = contract.decision is Decision.APPROVED
     if interrupt.kind == InterruptKind.BUDGET.value and approved:
@@ -84,7 +102,7 @@ def accept(
     # attempt that accepted it, each written only if the one before it matched.
     try:
         attempt_id = run_store.move_recorded(
-            session,
+            scope,
             run,
             EventKind.ACCEPT_RESUME,
             actor=actor,
@@ -95,6 +113,7 @@ def accept(
             },
             writes=[resolve],
             then=interrupt_store.attempt_write(values),
+            given=given,
             **fields,
         )
     except StaleStateError as exc:
@@ -103,7 +122,7 @@ def accept(
         raise LostRace("interrupt was resolved concurrently")
     interrupt_store.moved(interrupt, resolved)
     result = attempts.recorded(attempt, int(attempt_id), outcome, values["reason"])
-    return Accepted(result, released=True, group=interrupt.ask_group if group else None)
+    return Accepted(result, released=True)
 
 
 @dataclass(frozen=True)

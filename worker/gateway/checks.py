@@ -60,6 +60,18 @@ def check_answer(
     if found is None:
         raise Refusal(ResumeOutcome.STALE, f"no interrupt {contract.interrupt_id}")
     interrupt, run = found
+    submitted, code = checked_answer(contract, actor, interrupt, run)
+    new_interrupt = None
+    if code is not None:
+        new_interrupt = revalidate(session, *code, interrupt, run, submitted)
+    return interrupt, run, code[0] if code else None, submitted, new_interrupt
+
+
+def checked_answer(
+    contract: ResumeContract, actor: Actor, interrupt: Interrupt, run: Run
+) -> tuple[dict[str, Any], tuple[Flow, Migration | None] | None]:
+    """Checks 4 to 7, which read nothing more than the interrupt and its run; the input as it
+    is stored, and the flow's code that check 8 runs here (None: the worker runs it)."""
     check_binding(contract, interrupt, run)
     now = utcnow()
     if interrupt.deadline <= now:
@@ -84,10 +96,7 @@ def check_answer(
         refused = edit_refusal(interrupt, submitted, roles, code[0] if code else None)
         if refused is not None:
             raise Refusal(ResumeOutcome.DENIED, f"actor {actor.id}: {refused}")
-    new_interrupt = None
-    if code is not None:
-        new_interrupt = revalidate(session, *code, interrupt, run, submitted)
-    return interrupt, run, code[0] if code else None, submitted, new_interrupt
+    return submitted, code
 
 
 def _separate_from_starter(interrupt: Interrupt, run: Run, actor: Actor) -> None:
@@ -235,6 +244,12 @@ def revalidate(
         {"evidence": current, "evidence_hash": current_hash, "evidence_canon": EVIDENCE_CANON},
         {"evidence_hash": current_hash},
     )
+
+
+def revalidates(flow: Flow, interrupt: Interrupt) -> bool:
+    """Whether check 8 has anything to do for ``interrupt`` here: a policy to renew its
+    question under, or a revalidator recomputing its evidence (else it passes unchanged)."""
+    return interrupt.name in flow.revalidators or policy_renewal(flow, interrupt) is not None
 
 
 def _renew(

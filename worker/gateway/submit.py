@@ -23,12 +23,13 @@ from models.contracts import ActorRef, ResumeContract, ResumeResult
 from models.db import transaction, utcnow
 from models.enums import Decision, ResumeOutcome
 from models.identity import normal_actor_id
-from models.tables import Interrupt
+from models.tables import Interrupt, Run
 from worker.engine import dispatch
 from worker.flows.flow import Flow
 from worker.gateway import attempt_records as attempts
 from worker.gateway.acceptance import Accepted, LostRace, accept, close_group
 from worker.gateway.actors import Credential, verified
+from worker.gateway.at_once import accept_at_once
 from worker.gateway.checks import (
     RENEWED_POLICY_REASON,
     RENEWED_REASON,
@@ -133,6 +134,10 @@ def _decide(contract: ResumeContract, attempt: attempts.Attempt) -> ResumeResult
 
 
 def _decide_once(contract: ResumeContract, attempt: attempts.Attempt) -> ResumeResult:
+    at_once = accept_at_once(contract, attempt)
+    if at_once is not None:
+        _released(contract, attempt, at_once.interrupt, at_once.run, at_once.accepted)
+        return at_once.accepted.result
     notify_after: tuple[Flow, Interrupt] | None = None
     accepted: Accepted | None = None
     with transaction() as session:
@@ -202,22 +207,34 @@ def _decide_once(contract: ResumeContract, attempt: attempts.Attempt) -> ResumeR
             )
     if notify_after is not None:
         notify(*notify_after)
-    if accepted is not None and accepted.group is not None:
-        close_group(run.id, interrupt.checkpoint_id, accepted.group)
     if accepted is not None:
-        traced = tracing.answered(
-            run.id,
-            interrupt.id,
-            interrupt.name,
-            interrupt.created_at,
-            interrupt.trace_parent,
-            actor=f"{contract.actor.type}:{attempt.actor_id}",
-            outcome=result.outcome.value,
-        )
-        if accepted.released:
-            with tracing.within(traced):
-                dispatch.publish_step(run.id, flow=run.flow_name, step=run.next_step, resume=True)
+        _released(contract, attempt, interrupt, run, accepted)
     return result
+
+
+def _released(
+    contract: ResumeContract,
+    attempt: attempts.Attempt,
+    interrupt: Interrupt,
+    run: Run,
+    accepted: Accepted,
+) -> None:
+    """After an accepted answer committed: its group's other asks closed, its trace, and the
+    resume task published if it released the run."""
+    if accepted.group is not None:
+        close_group(run.id, interrupt.checkpoint_id, accepted.group)
+    traced = tracing.answered(
+        run.id,
+        interrupt.id,
+        interrupt.name,
+        interrupt.created_at,
+        interrupt.trace_parent,
+        actor=f"{contract.actor.type}:{attempt.actor_id}",
+        outcome=accepted.result.outcome.value,
+    )
+    if accepted.released:
+        with tracing.within(traced):
+            dispatch.publish_step(run.id, flow=run.flow_name, step=run.next_step, resume=True)
 
 
 def resume_as_system(
