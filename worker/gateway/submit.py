@@ -3,7 +3,9 @@
 Check 1 parses the contract (``parsing``), check 2 authenticates the actor (``actors`` or a
 ``Proof``), check 3 looks up the actor's idempotency key, checks 4 to 8 are ``checks``, check 9
 is ``acceptance``. Every attempt is recorded (``attempt_records``). Acceptance and the run's
-move to ``resuming`` are one transaction; the resume task is published after it commits.
+move to ``resuming`` are one transaction; the resume task is published after it commits. On
+PostgreSQL the plain case is first tried at once (``at_once``): one read, then one statement
+guarded on what the checks read; whatever it leaves undecided is decided here, as before.
 """
 
 from __future__ import annotations
