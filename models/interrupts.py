@@ -568,10 +568,10 @@ def actor_and_original(
 
 def answer_context(
     scope: Scope, actor_id: str, key: str, interrupt_id: str
-) -> tuple[Actor, ResumeAttempt | None, Interrupt, Run] | None:
-    """What an answer is decided on, in one round trip and without a lock: the actor, the
-    attempt by which it claimed idempotency key ``key`` (if any), the interrupt and its run.
-    None when the actor or the interrupt is not there.
+) -> tuple[Actor, bool, Interrupt, Run] | None:
+    """What an answer is decided on, in one round trip and without a lock: the actor, whether
+    it used idempotency key ``key`` before, the interrupt and its run. None when the actor or
+    the interrupt is not there.
 
     For an answer accepted at once (``worker.gateway.at_once``), whose write then takes the
     locks and checks again what the decision read (``answerable_write``).
@@ -580,12 +580,10 @@ def answer_context(
     row = dialect(scope).run(scope, ANSWER_CONTEXT, (), params).first()
     if row is None:
         return None
-    attempt_at, interrupt_at = len(ACTORS.c), len(ACTORS.c) + len(ATTEMPTS.c)
-    found = row[attempt_at:interrupt_at]
-    original = from_row(ResumeAttempt, found) if found[ATTEMPT_ID] is not None else None
+    interrupt_at = len(ACTORS.c) + 1
     return (
         from_row(Actor, row),
-        original,
+        row[len(ACTORS.c)] is not None,
         from_row(Interrupt, row, interrupt_at),
         from_row(Run, row, interrupt_at + len(INTERRUPTS.c)),
     )
@@ -593,11 +591,11 @@ def answer_context(
 
 @named("interrupt.answer_context")
 def ANSWER_CONTEXT(d: Dialect) -> Any:
-    """Read an actor, the attempt by which it claimed an idempotency key (if any), an interrupt
-    and its run, without a lock (``answer_context``: the resume gateway's one read for an
-    answer it may accept at once)."""
+    """Read an actor, the id of the attempt by which it claimed an idempotency key (if any),
+    an interrupt and its run, without a lock (``answer_context``: the resume gateway's one
+    read for an answer it may accept at once)."""
     return (
-        select(*ACTORS.c, *ATTEMPTS.c, *INTERRUPTS.c, *RUNS.c)
+        select(*ACTORS.c, ATTEMPTS.c.id, *INTERRUPTS.c, *RUNS.c)
         .select_from(ACTORS)
         .outerjoin(ATTEMPTS, _claimed_key(ACTORS.c.id))
         .join(INTERRUPTS, INTERRUPTS.c.id == bindparam("answered_interrupt"))

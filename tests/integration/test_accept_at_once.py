@@ -82,8 +82,8 @@ def _decided(waiting: Waiting) -> Decided:
             session, "alice", contract.idempotency_key, contract.interrupt_id
         )
     assert found is not None
-    actor, original, interrupt, run = found
-    assert original is None and actor.id == "alice" and run.id == waiting.run_id
+    actor, key_used, interrupt, run = found
+    assert not key_used and actor.id == "alice" and run.id == waiting.run_id
     submitted, _ = checked_answer(contract, actor, interrupt, run)
     attempt = attempts.Attempt(None, Credential(waiting.credential))
     attempt.actor_id = actor.id

@@ -58,12 +58,12 @@ def accept_at_once(contract: ResumeContract, attempt: attempts.Attempt) -> Accep
         )
         if found is None:
             return None
-        row, original, interrupt, run = found
+        row, key_used, interrupt, run = found
         actor = verified(row, attempt.credential)
         if (
             actor is None
             or actor.kind != contract.actor.type
-            or original is not None
+            or key_used
             or interrupt.ask_group is not None
         ):
             return None
