@@ -375,8 +375,8 @@ class Dialect:
         ``statement`` guarded on ``given``'s rows, if given."""
         ahead = [] if given is None else [given.build(self, "g_", None).cte("g")]
         main = statement.build(self, "m_", ahead[0] if ahead else None)
-        if not writes:
-            return main.add_cte(*ahead) if ahead else main
+        if not writes and not ahead:
+            return main
         if not len(main.exported_columns):  # nothing to guard on (a plain INSERT)
             if then is not None or ahead:
                 raise ValueError("a chain starts with a compare-and-set returning its row")

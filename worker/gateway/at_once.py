@@ -74,6 +74,9 @@ def accept_at_once(contract: ResumeContract, attempt: attempts.Attempt) -> Accep
         if code is not None and revalidates(code[0], interrupt):
             return None
         spelled, attempt.actor_id = attempt.actor_id, actor.id
+        # Its own transaction, with no rollback to fall back on: the guard locks the
+        # interrupt as pending before the run moves, so the resolution riding along matches
+        # and the statement writes all of it or nothing.
         try:
             accepted = release(
                 scope,
