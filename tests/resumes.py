@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
@@ -11,7 +12,7 @@ from models.contracts import InterruptView, contract_payload
 from models.db import transaction
 from models.tables import Checkpoint, Event, Interrupt, Run
 from tests.services import wait_for
-from worker import get_run
+from worker import add_actor, enqueue_run, get_run
 from worker.testing import drain
 
 FINISHED = {"succeeded", "failed", "cancelled", "expired"}
@@ -69,6 +70,25 @@ def drain_pending(run_id: str, name: str | None = None) -> InterruptView:
     found = pending(run_id, name)
     assert found is not None, f"run {run_id} is {get_run(run_id).state}, not waiting on {name}"
     return found
+
+
+@dataclass
+class Waiting:
+    """A run waiting on an interrupt, and the credential of one who may answer it."""
+
+    run_id: str
+    interrupt: InterruptView
+    credential: str
+
+
+def approval_waiting_on_alice(*others: str) -> Waiting:
+    """An approval run (``tests.flows``) waiting on its interrupt, which alice (approver) may
+    answer, as may ``others``, approvers too; for tests with the ``db`` and ``tasks`` fixtures."""
+    credential = add_actor("alice", ["approver"])
+    for other in others:
+        add_actor(other, ["approver"])
+    run_id = enqueue_run("approval", {"env": "prod", "diff": "d-1"})
+    return Waiting(run_id, drain_pending(run_id), credential)
 
 
 def drain_finished(run_id: str) -> str:

@@ -15,13 +15,11 @@ import pytest
 from sqlalchemy import func, select, update
 
 from models import interrupts as interrupt_store
-from models.contracts import InterruptView, ResumeContract
+from models.contracts import ResumeContract
 from models.db import get_engine, transaction, utcnow
 from models.tables import Actor, Interrupt, ResumeAttempt, Run
-from tests.resumes import contract_for, drain_pending
+from tests.resumes import Waiting, approval_waiting_on_alice, contract_for
 from worker import (
-    add_actor,
-    enqueue_run,
     get_run,
     revoke_actor,
     set_actor_kind,
@@ -35,18 +33,9 @@ from worker.gateway.checks import checked_answer
 from worker.testing import TaskRecorder
 
 
-@dataclass
-class Waiting:
-    run_id: str
-    interrupt: InterruptView
-    credential: str
-
-
 @pytest.fixture()
 def waiting(db: str, tasks: TaskRecorder) -> Waiting:
-    credential = add_actor("alice", ["approver"])
-    run_id = enqueue_run("approval", {"env": "prod", "diff": "d-1"})
-    return Waiting(run_id, drain_pending(run_id), credential)
+    return approval_waiting_on_alice()
 
 
 @dataclass

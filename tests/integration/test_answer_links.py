@@ -9,18 +9,23 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 
 import pytest
 from sqlalchemy import select
 
-from models.contracts import InterruptView
 from models.db import transaction
 from models.errors import LinkError
 from models.settings import reset_settings
 from models.tables import AnswerLink, ResumeAttempt
 from tests.flows.interrupts import scratch_redis
-from tests.resumes import contract_for, drain_finished, drain_pending, snapshot
+from tests.resumes import (
+    Waiting,
+    approval_waiting_on_alice,
+    contract_for,
+    drain_finished,
+    drain_pending,
+    snapshot,
+)
 from worker import add_actor, enqueue_run, get_interrupt, get_run, revoke_actor, rotate_actor
 from worker.gateway.answer_links import (
     LinkProof,
@@ -47,20 +52,10 @@ def link_secret(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     reset_settings()
 
 
-@dataclass
-class Waiting:
-    run_id: str
-    interrupt: InterruptView
-    credential: str
-
-
 @pytest.fixture()
 def waiting(db: str, tasks: TaskRecorder, link_secret: str) -> Waiting:
     """An approval waiting on alice (approver); bob is an approver too."""
-    credential = add_actor("alice", ["approver"])
-    add_actor("bob", ["approver"])
-    run_id = enqueue_run("approval", {"env": "prod", "diff": "d-1"})
-    return Waiting(run_id, drain_pending(run_id), credential)
+    return approval_waiting_on_alice("bob")
 
 
 def _attempts(interrupt_id: str | None = None) -> list[ResumeAttempt]:

@@ -7,7 +7,6 @@ and must be recorded with the payload that was submitted.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
@@ -16,13 +15,20 @@ from sqlalchemy import func, select, update
 
 from models import interrupts as interrupt_store
 from models import runs as run_store
-from models.contracts import InterruptView, ResumeContract
+from models.contracts import ResumeContract
 from models.db import transaction, utcnow
 from models.enums import EventKind
 from models.errors import StaleStateError
 from models.tables import Event, Interrupt, ResumeAttempt, Run
 from tests.flows.interrupts import PRICE_UNAVAILABLE, Approval, scratch_redis
-from tests.resumes import contract_for, drain_finished, drain_pending, snapshot
+from tests.resumes import (
+    Waiting,
+    approval_waiting_on_alice,
+    contract_for,
+    drain_finished,
+    drain_pending,
+    snapshot,
+)
 from tests.services import statements_sent, wait_for
 from worker import (
     add_actor,
@@ -41,19 +47,10 @@ from worker.testing import TaskRecorder
 pytestmark = pytest.mark.usefixtures("scratch")
 
 
-@dataclass
-class Waiting:
-    run_id: str
-    interrupt: InterruptView
-    credential: str
-
-
 @pytest.fixture()
 def waiting(db: str, tasks: TaskRecorder) -> Waiting:
     """An approval run waiting on its ``approve`` interrupt; alice may approve it."""
-    credential = add_actor("alice", ["approver"])
-    run_id = enqueue_run("approval", {"env": "prod", "diff": "d-1"})
-    return Waiting(run_id, drain_pending(run_id), credential)
+    return approval_waiting_on_alice()
 
 
 def _last_attempt(interrupt_id: str) -> Any:

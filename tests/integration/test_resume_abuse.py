@@ -5,18 +5,23 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import dataclass
 from datetime import timedelta
 
 import pytest
 from sqlalchemy import text, update
 
 from models.canonical import evidence_hash, legacy_json
-from models.contracts import InterruptView
 from models.db import get_engine, transaction, utcnow
 from models.errors import ActorError, ActorExistsError, InvalidInputError
 from models.tables import Actor, Interrupt, ResumeAttempt
-from tests.resumes import contract_for, drain_finished, drain_pending, snapshot
+from tests.resumes import (
+    Waiting,
+    approval_waiting_on_alice,
+    contract_for,
+    drain_finished,
+    drain_pending,
+    snapshot,
+)
 from worker import (
     add_actor,
     enqueue_run,
@@ -30,18 +35,9 @@ from worker.gateway.attempt_records import MAX_REASON, MAX_STORED_UNTRUSTED
 from worker.testing import TaskRecorder
 
 
-@dataclass
-class Waiting:
-    run_id: str
-    interrupt: InterruptView
-    credential: str
-
-
 @pytest.fixture()
 def waiting(db: str, tasks: TaskRecorder) -> Waiting:
-    credential = add_actor("alice", ["approver"])
-    run_id = enqueue_run("approval", {"env": "prod", "diff": "d-1"})
-    return Waiting(run_id, drain_pending(run_id), credential)
+    return approval_waiting_on_alice()
 
 
 def _row(attempt_id: int) -> ResumeAttempt:
