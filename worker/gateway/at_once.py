@@ -57,6 +57,8 @@ def accept_at_once(contract: ResumeContract, attempt: attempts.Attempt) -> Accep
             contract.interrupt_id,
         )
         if found is None:
+            # An unknown actor costs what a wrong credential costs here too (``verified``).
+            verified(None, attempt.credential)
             return None
         row, key_used, interrupt, run = found
         actor = verified(row, attempt.credential)
