@@ -849,8 +849,6 @@ def _move(
     )
     strategy, move = dialect(session), _move_write(run, values, fence_epoch)
     if then is None:
-        if given is not None:
-            raise ValueError("a move guarded on a query is a chain: give it a then")
         returned, recorded = strategy.execute_with(session, move, [*events, *writes]).first(), None
     else:
         returned, recorded = strategy.execute_chain(

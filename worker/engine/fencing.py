@@ -27,6 +27,7 @@ from models.errors import FencedError, LeaseMarginError
 from models.scope import Scope
 from models.settings import get_settings
 from models.statements import Write
+from worker.engine.lease import FRESH_SHARE
 
 log = logging.getLogger(__name__)
 
@@ -50,13 +51,6 @@ class LeaseHolder(Protocol):
     lease_expires_at: datetime | None
 
 
-# A lease with at least this share of its length left needs no renewal before an effect's call.
-# It is the lease keeper's own rule (it renews once a third of a lease has passed): renewing a
-# lease the claim gave a moment ago (most effects run soon after their step's claim) was one
-# more write of the run's row per effect, 8 % of the server's instructions in a W1 run.
-FRESH_SHARE = 2 / 3
-
-
 @dataclass(frozen=True)
 class Lease:
     """A lease as this process's monotonic clock sees it, and when it ends as written."""
@@ -76,7 +70,11 @@ def margin_for(lease_seconds: float) -> float:
 
 def fresh_lease(ctx: LeaseHolder) -> Lease | None:
     """The lease as the claim or the last renewal left it, if at least ``FRESH_SHARE`` of it
-    is left; None when it must be renewed before a call (or is not known)."""
+    is left; None when it must be renewed before a call (or is not known).
+
+    The lease keeper's own rule (``worker.engine.lease``): renewing a lease the claim gave a
+    moment ago (most effects run soon after their step's claim) was one more write of the
+    run's row per effect, 8 % of the server's instructions in a W1 run."""
     if ctx.lease_expires_at is None:
         return None
     # (Never counted as longer than a lease, whatever the wall clock did since it was written.)
