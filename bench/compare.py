@@ -48,6 +48,7 @@ from collections.abc import Callable
 from typing import Any
 
 from bench import pg, resume_latency, rivals
+from bench.cpu import ROLES
 from bench.processes import ROOT, exclusive
 from bench.throughput import bench_bare, bench_interlude
 from bench.w1 import POOLS, describe_costs
@@ -280,6 +281,20 @@ def rate_table(
     return "\n".join(lines)
 
 
+def by_process_table(results: dict[str, list[dict[str, Any]]]) -> str:
+    """A Markdown table of who spent the machine's CPU per run (ms, the median of the rounds):
+    the measured processes (interlude's callers; a rival's processes, which do all its Python),
+    interlude's workers, PostgreSQL, Redis, the rest."""
+    head = "| CPU ms / run by process (median) | " + " | ".join(ROLES) + " |"
+    lines = [head, _rule(head)]
+    for name, rounds in results.items():
+        spent = [r["cpu_ms_per_run_by_role"] for r in rounds if "cpu_ms_per_run_by_role" in r]
+        if spent:
+            medians = [statistics.median(s[role] for s in spent) for role in ROLES]
+            lines.append(f"| {name} | " + " | ".join(f"{m:.2f}" for m in medians) + " |")
+    return "\n".join(lines)
+
+
 def _rule(head: str) -> str:
     return "|" + " --- |" * (head.count("|") - 1)
 
@@ -371,7 +386,7 @@ def main() -> None:
             f" (interlude: {lanes} callers, {lanes} {args.pool} worker lanes)"
         )
         rates, cpu = figures(results, "rate"), figures(results, "cpu_ms_per_run")
-        out += [rate_table(title, "runs/s", rates, cpu=cpu), ""]
+        out += [rate_table(title, "runs/s", rates, cpu=cpu), "", by_process_table(results), ""]
     if "latency" in workloads:
         print("resume latency …", file=sys.stderr, flush=True)
         found = _ours("bench.resume_latency", "--runs", str(args.latency_runs), "--pool", args.pool)

@@ -46,8 +46,10 @@ def snapshot(proc: Path = Path("/proc")) -> dict[int, ProcessTime]:
     return found
 
 
-def role_of(pid: int, process: ProcessTime, *, caller: int, workers: Collection[int]) -> str:
-    if pid == caller:
+def role_of(
+    pid: int, process: ProcessTime, *, callers: Collection[int], workers: Collection[int]
+) -> str:
+    if pid in callers:
         return "caller"
     if pid in workers:
         return "worker parent"
@@ -64,16 +66,19 @@ def by_role(
     before: dict[int, ProcessTime],
     after: dict[int, ProcessTime],
     *,
-    caller: int,
+    callers: Collection[int],
     workers: Collection[int],
 ) -> dict[str, float]:
-    """CPU seconds each role spent between the two snapshots (every role, zero if none)."""
+    """CPU seconds each role spent between the two snapshots (every role, zero if none):
+    ``callers`` are the measured processes of the bench, ``workers`` the workers' main
+    processes."""
     spent = dict.fromkeys(ROLES, 0.0)
     for pid, process in after.items():
         start = before.get(pid)
         ticks = process.ticks - (start.ticks if start is not None else 0)
         if ticks > 0:
-            spent[role_of(pid, process, caller=caller, workers=workers)] += ticks / TICKS_PER_SECOND
+            role = role_of(pid, process, callers=callers, workers=workers)
+            spent[role] += ticks / TICKS_PER_SECOND
     return spent
 
 
@@ -87,7 +92,7 @@ def spent(workers: Collection[int], *, enabled: bool = True) -> Iterator[dict[st
         return
     before = snapshot()
     yield found
-    found.update(by_role(before, snapshot(), caller=os.getpid(), workers=workers))
+    found.update(by_role(before, snapshot(), callers={os.getpid()}, workers=workers))
 
 
 def describe(spent: dict[str, float], runs: int, seconds: float) -> str:

@@ -6,7 +6,11 @@ reads the machine's busy CPU and the clock, tells them all to go, and reads each
 (the first line it prints after the start that is a JSON object with ``runs``) as it ends.
 The timed part is from the start signal to the last result read; the machine's CPU over it,
 divided by all their runs, is what a run cost the machine, whoever spent it (workers and
-servers running beside them included).
+servers running beside them included). What each process spent over the same stretch is read
+too (``bench.cpu``), by role: the measured processes ("caller": interlude's callers, or a
+rival's processes, which do all of its Python), the ``workers`` given and their children,
+PostgreSQL, Redis, the rest. The processes are told to end only after it is read, so that
+their server backends still live (``machine_cpu.report_result``).
 """
 
 from __future__ import annotations
@@ -17,9 +21,10 @@ import os
 import subprocess
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import IO, Any, NoReturn
 
+from bench import cpu as processes_cpu
 from bench.machine_cpu import LANE_ENV, READY, busy_seconds
 
 READY_TIMEOUT_SECONDS = 120
@@ -62,7 +67,12 @@ class Lane:
         self.fail("ended without a result")
 
     def end(self) -> None:
-        """Wait for the process to end on its own (after its result), or stop it."""
+        """Tell the process to end (after its result), wait for it to, or stop it."""
+        assert self.proc.stdin is not None
+        # (BrokenPipeError: it has ended already, without waiting for the word.)
+        with contextlib.suppress(BrokenPipeError):
+            self.proc.stdin.write("end\n")
+            self.proc.stdin.flush()
         try:
             code = self.proc.wait(END_TIMEOUT_SECONDS)
         except subprocess.TimeoutExpired:
@@ -93,9 +103,14 @@ class Lane:
 
 
 def run(
-    commands: Sequence[Sequence[str]], *, env: dict[str, str] | None = None, cwd: str | None = None
+    commands: Sequence[Sequence[str]],
+    *,
+    env: dict[str, str] | None = None,
+    cwd: str | None = None,
+    workers: Collection[int] = (),
 ) -> dict[str, Any]:
-    """Every command at once; their runs together per second and the machine's CPU per run."""
+    """Every command at once; their runs together per second, the machine's CPU per run and
+    each role's (``workers``: the main processes of the workers that serve them)."""
     environment = {**(env if env is not None else os.environ), LANE_ENV: "1"}
     lanes = [Lane(command, environment, cwd) for command in commands]
     try:
@@ -104,11 +119,18 @@ def run(
             lane.await_ready()
             if time.monotonic() > deadline:
                 lane.fail("took too long to get ready")
+        before = processes_cpu.snapshot()
         cpu_before, start = busy_seconds(), time.monotonic()
         for lane in lanes:
             lane.go()
         results = [lane.result() for lane in lanes]
         seconds, cpu = time.monotonic() - start, busy_seconds() - cpu_before
+        by_role = processes_cpu.by_role(
+            before,
+            processes_cpu.snapshot(),
+            callers={lane.proc.pid for lane in lanes},
+            workers=workers,
+        )
         for lane in lanes:
             lane.end()
     finally:
@@ -121,5 +143,6 @@ def run(
         "rate": runs / seconds,
         "cpu_ms_per_run": 1000 * cpu / runs,
         "cores_busy": cpu / seconds,
+        "cpu_ms_per_run_by_role": {role: 1000 * spent / runs for role, spent in by_role.items()},
         "lanes": results,
     }

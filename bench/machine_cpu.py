@@ -10,12 +10,17 @@ folder) under a Python that has none of interlude's packages.
 - ``wait_for_go``: a measured process, once ready (imports done, graph compiled), says
   ``ready`` on its stdout and waits for a line on its stdin; the driver (``bench.lanes``)
   starts every process's clock at once and reads the machine's CPU around the timed part only.
+- ``report_result``: a measured process prints its result, one JSON line, and under the driver
+  waits for its word to end: the process and its connections (their server backends) still
+  live while the driver reads what each process spent.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import sys
+from typing import Any
 
 # /proc/stat's cpu line: user nice system idle iowait irq softirq steal guest guest_nice.
 # Busy is all but idle and iowait; guest time is already counted in user.
@@ -42,4 +47,11 @@ def wait_for_go() -> None:
     """Under the driver, say ready and wait for the start; alone, start at once."""
     if os.environ.get(LANE_ENV):
         print(READY, flush=True)
+        sys.stdin.readline()
+
+
+def report_result(result: dict[str, Any]) -> None:
+    """Print ``result`` as one JSON line; under the driver, wait for the word to end."""
+    print(json.dumps(result), flush=True)
+    if os.environ.get(LANE_ENV):
         sys.stdin.readline()

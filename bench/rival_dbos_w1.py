@@ -10,13 +10,12 @@ workflow calls one ``@DBOS.step`` as its effect. Under ``bench.lanes`` it waits 
 signal once launched.
 """
 
-import json
 import sys
 import threading
 import time
 
 from dbos import DBOS
-from machine_cpu import wait_for_go  # bench/, this script's folder
+from machine_cpu import report_result, wait_for_go  # bench/, this script's folder
 
 url = sys.argv[1]
 setup = sys.argv[2] == "setup"
@@ -63,7 +62,7 @@ def main():
         assert handle.get_result()["n"] >= 0
     seconds = time.perf_counter() - start
     result = {"runs": runs, "rate": runs / seconds, "seconds": seconds, "start": waiting - start}
-    print(json.dumps(result), flush=True)
+    report_result(result)
     DBOS.destroy()
 
 

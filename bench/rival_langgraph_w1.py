@@ -11,7 +11,6 @@ compiled, its connection open). ``durability="sync"`` persists every step before
 one; ``"exit"`` persists only when the graph stops (at the interrupt and at the end).
 """
 
-import json
 import sys
 import time
 import uuid
@@ -20,7 +19,7 @@ from typing import TypedDict
 from langgraph.checkpoint.postgres import PostgresSaver
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import Command, interrupt
-from machine_cpu import wait_for_go  # bench/, this script's folder
+from machine_cpu import report_result, wait_for_go  # bench/, this script's folder
 
 
 class State(TypedDict, total=False):
@@ -74,7 +73,7 @@ def main():
             assert out["approved"] and out["receipt"]["n"] >= 0, out
         seconds = time.perf_counter() - start
         result = {"runs": runs, "rate": runs / seconds, "seconds": seconds}
-        print(json.dumps({**result, "start": waiting - start}), flush=True)
+        report_result({**result, "start": waiting - start})
 
 
 if __name__ == "__main__":

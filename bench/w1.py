@@ -37,7 +37,7 @@ import psycopg
 import redis
 
 from bench import cpu, lanes, pg
-from bench.machine_cpu import busy_seconds, wait_for_go
+from bench.machine_cpu import busy_seconds, report_result, wait_for_go
 from bench.processes import (
     BROKER_URL,
     INTERLUDE_QUEUES,
@@ -302,7 +302,12 @@ def run_lanes(runs: int, lanes_: int, pool: str = "prefork") -> dict[str, Any]:
         workers = start_workers("worker", env, lanes_, pool)
         caller = [sys.executable, "-m", "bench.w1", "--caller", "--runs", str(runs // lanes_)]
         try:
-            result = lanes.run([[*caller, "--lanes", str(lanes_)]] * lanes_, env=env, cwd=str(ROOT))
+            result = lanes.run(
+                [[*caller, "--lanes", str(lanes_)]] * lanes_,
+                env=env,
+                cwd=str(ROOT),
+                workers=[worker.pid for worker in workers],
+            )
         finally:
             for worker in workers:
                 stop_worker(worker)
@@ -316,9 +321,9 @@ def lane_caller(runs: int, lanes_: int) -> None:
     try:
         wait_for_go()
         phases = _workload(runs, os.environ[CREDENTIAL_ENV], poller, lanes=lanes_)
+        report_result({"runs": runs, "seconds": phases["succeeded"], "phases": phases})
     finally:
         poller.close()
-    print(json.dumps({"runs": runs, "seconds": phases["succeeded"], "phases": phases}), flush=True)
 
 
 def report(result: dict[str, Any]) -> str:

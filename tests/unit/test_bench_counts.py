@@ -1,4 +1,5 @@
-"""bench.compare's arithmetic: per-run counts (start-up apart), and the hop plus the work."""
+"""bench.compare's arithmetic: per-run counts (start-up apart), the hop plus the work, and
+the CPU by process."""
 
 from __future__ import annotations
 
@@ -11,10 +12,12 @@ from bench.compare import (
     IN_PROCESS,
     INTERLUDE,
     LG_SYNC,
+    by_process_table,
     cpu_floor,
     hop_plus_work,
     per_run_and_start_up,
 )
+from bench.cpu import ROLES
 
 
 def _per_run(runs: int, start_up: float, each: float) -> dict[str, float]:
@@ -90,3 +93,21 @@ def test_the_durable_floor_is_said_beside_the_sum_when_measured() -> None:
 
 def test_without_the_commits_row_no_floor_is_said() -> None:
     assert cpu_floor({INTERLUDE: [9.0], FLOOR: [1.8], LG_SYNC: [8.0]}) is None
+
+
+def test_the_cpu_by_process_is_each_roles_median_over_the_rounds() -> None:
+    def spent(caller: float, postgres: float) -> dict[str, float]:
+        roles = dict.fromkeys(ROLES, 0.0)
+        return {**roles, "caller": caller, "postgres": postgres}
+
+    rounds = [spent(2.0, 3.0), spent(2.4, 2.8), spent(2.2, 9.0)]
+    results = {
+        INTERLUDE: [{"rate": 1.0, "cpu_ms_per_run_by_role": r} for r in rounds],
+        LG_SYNC: [{"rate": 1.0}],  # measured without it: no row
+    }
+
+    lines = by_process_table(results).splitlines()
+
+    assert lines[0].startswith("| CPU ms / run by process (median) | caller | worker parent |")
+    assert lines[2] == "| interlude | 2.20 | 0.00 | 0.00 | 3.00 | 0.00 | 0.00 |"
+    assert len(lines) == 3

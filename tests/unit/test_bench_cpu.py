@@ -59,7 +59,7 @@ def test_cpu_is_what_each_role_spent_between_the_snapshots() -> None:
         50: ProcessTime("kworker/0:1", 2, 9),  # idle: nothing
     }
 
-    spent = by_role(before, after, caller=10, workers=[20])
+    spent = by_role(before, after, callers={10}, workers=[20])
 
     assert spent == approx(
         {

@@ -7,6 +7,7 @@ import sys
 import pytest
 
 from bench import lanes
+from bench.cpu import ROLES
 
 # A lane as the rivals' scripts are: ready, then the start signal, then its result.
 LANE = (
@@ -32,3 +33,17 @@ def test_a_lane_without_a_result_fails_the_measure() -> None:
     silent = LANE.replace("print(json.dumps({'runs': int(sys.argv[1])}))", "pass")
     with pytest.raises(RuntimeError, match="without a result"):
         lanes.run([[sys.executable, "-c", silent, "1"]])
+
+
+def test_each_role_is_read_while_the_lanes_still_live_then_they_are_told_to_end() -> None:
+    # A lane that spends its CPU and then reports as the rivals' scripts do: it waits for the
+    # word to end, so the driver reads its time (and its backends') before it goes.
+    busy = (
+        "import sys; sys.path.insert(0, 'bench'); "
+        "from machine_cpu import report_result, wait_for_go; "
+        "wait_for_go(); sum(range(20_000_000)); report_result({'runs': 2})"
+    )
+    result = lanes.run([[sys.executable, "-c", busy]])
+    by_role = result["cpu_ms_per_run_by_role"]
+    assert set(by_role) == set(ROLES)
+    assert by_role["caller"] > 0 and by_role["worker parent"] == 0
