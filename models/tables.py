@@ -48,6 +48,7 @@ NAMING = {
 
 
 FORKED = text("forked_from IS NOT NULL")
+KEYED = text("idempotency_key IS NOT NULL")
 # The events that count as repeated work, as the index on them and the query that reads it both
 # say it (word for word: SQLite uses a partial index only for a query that repeats its terms).
 REPEATED_WORK_TRIGGERS = f"trigger IN ({', '.join(repr(kind.value) for kind in REPEATED_WORK)})"
@@ -110,7 +111,7 @@ class Run(Base):
     state_version: Mapped[int] = mapped_column(Integer, default=0)
     next_step: Mapped[str | None] = mapped_column(String(200))
     checkpoint_seq: Mapped[int] = mapped_column(Integer, default=0)
-    idempotency_key: Mapped[str | None] = mapped_column(String(200), unique=True)
+    idempotency_key: Mapped[str | None] = mapped_column(String(200))
     started_by: Mapped[str | None] = mapped_column(String(200))
     lease_owner: Mapped[str | None] = mapped_column(String(200))
     lease_epoch: Mapped[int] = mapped_column(Integer, default=0)
@@ -145,6 +146,14 @@ class Run(Base):
         # A run's forks. Only forks are indexed: a non-HOT write of a run (most are) adds an
         # entry to every index, NULL or not.
         Index(None, "forked_from", postgresql_where=FORKED, sqlite_where=FORKED),
+        # One run per idempotency key. On PostgreSQL only keyed runs are in the index: a
+        # non-HOT write of a run (most are) would otherwise add a NULL entry at every
+        # transition of every run started without a key. SQLite keeps its UNIQUE constraint,
+        # which it cannot drop without copying the table.
+        UniqueConstraint("idempotency_key").ddl_if(dialect="sqlite"),
+        Index(None, "idempotency_key", unique=True, postgresql_where=KEYED).ddl_if(
+            dialect="postgresql"
+        ),
     )
 
 
