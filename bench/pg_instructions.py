@@ -72,9 +72,10 @@ def _as_server_user(command: list[str]) -> list[str]:
 
 
 @contextmanager
-def private_server() -> Iterator[tuple[str, Path]]:
-    """A new PostgreSQL cluster under callgrind: its admin DSN, and where each server process
-    writes its counts (``cg.<pid>``) when it exits."""
+def private_server(*, callgrind: bool = True, settings: str = "") -> Iterator[tuple[str, Path]]:
+    """A new PostgreSQL cluster, under callgrind unless told not to, with ``settings`` (lines
+    of ``postgresql.conf``) added: its admin DSN, and where each server process writes its
+    counts (``cg.<pid>``) when it exits."""
     where = Path(tempfile.mkdtemp(prefix="interlude-pg-count-"))
     if os.geteuid() == 0:
         shutil.chown(where, "postgres")
@@ -91,15 +92,18 @@ def private_server() -> Iterator[tuple[str, Path]]:
         # page write a full page image, at a moment that depends on valgrind's speed.
         conf.write(
             f"listen_addresses = '127.0.0.1'\nport = {port}\nautovacuum = off\n"
-            "checkpoint_timeout = '1d'\nmax_wal_size = '64GB'\n"
+            "checkpoint_timeout = '1d'\nmax_wal_size = '64GB'\n" + settings
         )
+    valgrind = [
+        "valgrind",
+        "--tool=callgrind",
+        "--trace-children=yes",
+        f"--callgrind-out-file={where}/cg.%p",
+    ]
     server = subprocess.Popen(
         _as_server_user(
             [
-                "valgrind",
-                "--tool=callgrind",
-                "--trace-children=yes",
-                f"--callgrind-out-file={where}/cg.%p",
+                *(valgrind if callgrind else []),
                 str(bindir() / "postgres"),
                 "-D",
                 str(data),
@@ -131,7 +135,7 @@ def _wait_until_up(dsn: str, server: subprocess.Popen[bytes]) -> None:
             return
         except psycopg.OperationalError as exc:
             if server.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError("the private PostgreSQL under callgrind did not start") from exc
+                raise RuntimeError("the private PostgreSQL did not start") from exc
             time.sleep(0.5)
 
 
