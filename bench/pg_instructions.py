@@ -150,6 +150,12 @@ def counts(where: Path) -> dict[str, int | None]:
 
 def count(checkout: Path, runs: int, dsn: str, where: Path) -> int:
     """Instructions of the server processes started while the child did ``runs`` W1 runs."""
+    return sum(counted_processes(checkout, runs, dsn, where).values())
+
+
+def counted_processes(checkout: Path, runs: int, dsn: str, where: Path) -> dict[str, int]:
+    """Each server process started while the child did ``runs`` W1 runs: its counts' file (in
+    ``where``) and its total."""
     before = set(counts(where))
     run_child(checkout, runs, env={"INTERLUDE_BENCH_PG_DSN": dsn})
     # Each server process writes its counts as it exits, just after its client went away.
@@ -159,7 +165,7 @@ def count(checkout: Path, runs: int, dsn: str, where: Path) -> int:
         if new and all(v is not None for v in new.values()):
             time.sleep(1)
             if len(counts(where)) - len(before) == len(new):
-                return sum(v for v in new.values() if v is not None)
+                return {k: v for k, v in new.items() if v is not None}
         if time.monotonic() > deadline:
             raise RuntimeError("the server processes' counts were not written in time")
         time.sleep(0.5)
