@@ -27,13 +27,13 @@ ADMIN_DSN = os.environ.get(
 SERVER_LOG = Path(os.environ.get("BENCH_PG_LOG", "/var/log/postgresql/postgresql-15-main.log"))
 
 
-def _admin() -> psycopg.Connection[tuple[object, ...]]:
-    return psycopg.connect(ADMIN_DSN, autocommit=True)
+def _admin(admin: str = ADMIN_DSN) -> psycopg.Connection[tuple[object, ...]]:
+    return psycopg.connect(admin, autocommit=True)
 
 
-def dsn(name: str) -> str:
-    """A libpq URL of database ``name`` on the admin's server."""
-    return ADMIN_DSN.rsplit("/", 1)[0] + f"/{name}"
+def dsn(name: str, admin: str = ADMIN_DSN) -> str:
+    """A libpq URL of database ``name`` on the server of ``admin`` (the machine's, by default)."""
+    return admin.rsplit("/", 1)[0] + f"/{name}"
 
 
 def sqlalchemy_url(name: str) -> str:
@@ -41,15 +41,16 @@ def sqlalchemy_url(name: str) -> str:
 
 
 @contextmanager
-def scratch_database(prefix: str) -> Iterator[str]:
-    """A new empty database, dropped (connections and all) when the block ends."""
+def scratch_database(prefix: str, admin: str = ADMIN_DSN) -> Iterator[str]:
+    """A new empty database on the server of ``admin``, dropped (connections and all) when
+    the block ends."""
     name = f"{prefix}_{uuid.uuid4().hex[:8]}"
-    with _admin() as conn:
+    with _admin(admin) as conn:
         conn.execute(f'CREATE DATABASE "{name}"')
     try:
         yield name
     finally:
-        with _admin() as conn:
+        with _admin(admin) as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 

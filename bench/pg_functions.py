@@ -22,7 +22,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from bench.pg_instructions import WARM, counted_processes, private_server
+from bench.pg_instructions import WARM, counted_processes, counting_server
 from bench.processes import exclusive
 from bench.w1_instructions import ROOT
 
@@ -56,9 +56,7 @@ def by_function(where: Path, files: list[str]) -> Counter[str]:
 
 def measure(runs: int) -> dict[str, Any]:
     """Per further W1 run: the server's instructions in all, and by function (inclusive)."""
-    with private_server() as (dsn, where):
-        # As bench.pg_instructions: a first count, not kept, takes the cluster's first-use work.
-        counted_processes(ROOT, 1, dsn, where)
+    with counting_server() as (dsn, where):
         counted = [counted_processes(ROOT, n, dsn, where) for n in (WARM, WARM + runs)]
         small, large = (by_function(where, list(c)) for c in counted)
         total = (sum(counted[1].values()) - sum(counted[0].values())) / runs

@@ -172,11 +172,18 @@ def counted_processes(checkout: Path, runs: int, dsn: str, where: Path) -> dict[
 
 
 @contextmanager
-def _measuring() -> Iterator[Measure]:
+def counting_server() -> Iterator[tuple[str, Path]]:
+    """``private_server`` under callgrind, ready to count: a new cluster's first clients pay
+    for work done once in its life (its first database made from the template, say), so a
+    first count, not kept, takes that out of every count after it."""
     with private_server() as (dsn, where):
-        # A new cluster's first clients pay for work done once in its life (its first database
-        # made from the template, say): a first count, not kept, takes that out of both sides.
         count(ROOT, 1, dsn, where)
+        yield dsn, where
+
+
+@contextmanager
+def _measuring() -> Iterator[Measure]:
+    with counting_server() as (dsn, where):
         yield lambda checkout, runs: differenced(
             lambda at, n: count(at, n, dsn, where), checkout, runs, WARM
         )

@@ -24,13 +24,13 @@ import argparse
 import json
 import subprocess
 import time
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import psycopg
 
+from bench import pg
 from bench.pg_instructions import private_server
 from bench.processes import exclusive
 from bench.w1_instructions import ROOT, run_child
@@ -116,18 +116,11 @@ def langgraph(dsn: str, python: str) -> Workload:
     script = str(ROOT / "bench" / "rival_langgraph_w1.py")
 
     def workload(runs: int) -> None:
-        # A database of its own each time, as interlude's child makes one (``pg``'s helpers
-        # serve the machine's server, not this private one).
-        name = f"rival_{uuid.uuid4().hex[:8]}"
-        url = dsn.rsplit("/", 1)[0] + f"/{name}"
-        with psycopg.connect(dsn, autocommit=True) as admin:
-            admin.execute(f'CREATE DATABASE "{name}"')
-        try:
+        # A database of its own each time, as interlude's child makes one.
+        with pg.scratch_database("rival", admin=dsn) as name:
+            url = pg.dsn(name, admin=dsn)
             for arguments in (["setup"], [str(runs), "sync"]):
                 subprocess.run([python, script, url, *arguments], check=True, capture_output=True)
-        finally:
-            with psycopg.connect(dsn, autocommit=True) as admin:
-                admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
     return workload
 
