@@ -13,9 +13,9 @@ from pathlib import Path
 
 import httpx
 import pytest
+from selenium.common.exceptions import WebDriverException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
-from selenium.webdriver.support.expected_conditions import staleness_of
 from selenium.webdriver.support.ui import Select, WebDriverWait
 
 from tests.acceptance.test_web_browser import new_browser, sign_in  # noqa: F401
@@ -33,10 +33,19 @@ def rows(browser: WebDriver) -> list[str]:
 
 
 def go(browser: WebDriver, by: str, what: str) -> None:
-    """Click the element and wait for the page it leads to (not read the old one again)."""
-    page = browser.find_element(By.TAG_NAME, "html")
+    """Click the element and wait for the page it leads to (not read the old one again).
+
+    The old page is marked in its window, which a new document does not carry. Asking whether
+    the old page's element went stale instead races the navigation: chromedriver can answer
+    that with an inspector error rather than a stale element, so the wait ignores errors met
+    while the page changes."""
+    browser.execute_script("window.leftBehind = true;")
     browser.find_element(by, what).click()
-    WebDriverWait(browser, 20).until(staleness_of(page))
+    WebDriverWait(browser, 20, ignored_exceptions=(WebDriverException,)).until(
+        lambda driver: driver.execute_script(
+            "return window.leftBehind === undefined && document.readyState === 'complete';"
+        )
+    )
 
 
 def filter_by(browser: WebDriver, *, flow: str = "", state: str = "") -> None:

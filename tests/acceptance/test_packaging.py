@@ -15,6 +15,10 @@ import pytest
 from tests.services import ROOT
 from worker.ops.processes import start_celery, stop_process
 
+# Both tests share one wheel, built in the checkout's build/ folder: on one xdist process, so
+# that two builds never write that folder at once (one failed so, on a missing file).
+pytestmark = pytest.mark.xdist_group("packaging")
+
 
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
