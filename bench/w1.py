@@ -51,7 +51,7 @@ from bench.processes import (
 ACTOR = "bench-approver"
 # How the worker runs its tasks: one prefork pool child per lane under one main process, or
 # one ``--pool solo`` process per lane (each takes its tasks and runs them itself).
-POOLS = ("prefork", "solo")
+POOLS = ("prefork", "solo", "threads")
 CREDENTIAL_ENV = "BENCH_CREDENTIAL"  # a lane's caller resumes with it (a bench actor's)
 DSN_ENV = "BENCH_DSN"  # and polls its runs' states here
 POLL_SECONDS = 0.02
@@ -196,10 +196,12 @@ def ready_caller() -> None:
 def start_workers(
     app: str, env: dict[str, str], lanes: int, pool: str
 ) -> list[subprocess.Popen[bytes]]:
-    """The worker processes of ``lanes`` lanes: one prefork worker of ``lanes`` children, or
-    ``lanes`` solo workers."""
+    """The worker processes of ``lanes`` lanes: one prefork worker of ``lanes`` children, one
+    worker of ``lanes`` threads, or ``lanes`` solo workers."""
     if pool == "prefork":
         return [start_worker(app, env, INTERLUDE_QUEUES, ["-c", str(lanes)])]
+    if pool == "threads":
+        return [start_worker(app, env, INTERLUDE_QUEUES, ["--pool", "threads", "-c", str(lanes)])]
     if pool != "solo":
         raise ValueError(f"unknown pool {pool!r}; one of {', '.join(POOLS)}")
     started: list[subprocess.Popen[bytes]] = []
