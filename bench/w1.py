@@ -49,8 +49,9 @@ from bench.processes import (
 )
 
 ACTOR = "bench-approver"
-# How the worker runs its tasks: one prefork pool child per lane under one main process, or
-# one ``--pool solo`` process per lane (each takes its tasks and runs them itself).
+# How the worker runs its tasks: one prefork pool child per lane under one main process, one
+# thread per lane in one process (``--pool threads``: the lanes share its interpreter lock),
+# or one ``--pool solo`` process per lane (each takes its tasks and runs them itself).
 POOLS = ("prefork", "solo", "threads")
 CREDENTIAL_ENV = "BENCH_CREDENTIAL"  # a lane's caller resumes with it (a bench actor's)
 DSN_ENV = "BENCH_DSN"  # and polls its runs' states here
