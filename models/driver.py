@@ -164,6 +164,9 @@ class DriverStatement:
         raw, self._order = positional(self.sql)
         self._raw = raw.encode()
         self._required = frozenset(required)
+        # Each number's name and its conversion, in order: ``arguments`` reads the caller's
+        # values straight into the list psycopg sends.
+        self._plan = tuple((name, self._converting.get(name)) for name in self._order)
         columns = list(compiled._result_columns or ())
         self._column_types = [column.type for column in columns]
         index: dict[str, int] = {}
@@ -174,6 +177,22 @@ class DriverStatement:
         # Result conversions depend on the column types the server reports: found on first use
         # (two threads racing there find the same ones).
         self._results: list[tuple[int, Processor]] | None = None
+
+    def arguments(self, given: dict[str, Any]) -> list[Any]:
+        """The values psycopg sends, in their numbers' order: ``parameters`` without the dict
+        in between (about 10 µs a statement of the hot path's twenty-odd values)."""
+        values: list[Any] = []
+        fixed = self.fixed
+        for name, process in self._plan:
+            if name in given:
+                value = given[name]
+                values.append(value if process is None else process(value))
+            elif name in fixed:
+                values.append(fixed[name])
+            else:
+                missing = sorted(self._required - given.keys())
+                raise KeyError(f"no value for parameter(s) {missing}")
+        return values
 
     def parameters(self, given: dict[str, Any]) -> dict[str, Any]:
         """The values psycopg gets: the fixed ones, and the caller's, converted by type."""
@@ -189,15 +208,17 @@ class DriverStatement:
 
     def execute(self, session: Scope, given: dict[str, Any]) -> DriverResult:
         conn = session.connection()
-        params = self.parameters(given)
+        arguments = self.arguments(given)
+        params: dict[str, Any] | None = None  # the named form, made only for whom reads it
         cursor = _cursor(conn)
         try:
             context = None
             if conn.dispatch.before_cursor_execute or conn.dispatch.after_cursor_execute:
                 # Listeners hear the statement in its named form, as SQLAlchemy's path sends it.
+                params = self.parameters(given)
                 context = DriverContext(conn, cursor, self.sql, params)
                 conn.dispatch.before_cursor_execute(conn, cursor, self.sql, params, context, False)
-            cursor.execute(self._raw, [params[name] for name in self._order])
+            cursor.execute(self._raw, arguments)
             raw = cursor.fetchall() if self._returns_rows else []
             if raw and self._results is None:
                 # (psycopg builds the description anew at each reading: read it only here.)
@@ -208,7 +229,8 @@ class DriverStatement:
         except BaseException as exc:
             # (SQLAlchemy closes the cursor of a failed statement: the next one makes another.)
             conn.connection.info.pop(_CURSOR, None)
-            _raise_as_sqlalchemy(conn, exc, self.sql, params, cursor)
+            named = params if params is not None else self.parameters(given)
+            _raise_as_sqlalchemy(conn, exc, self.sql, named, cursor)
         return DriverResult(self._rows(raw), rowcount)
 
     def _rows(self, raw: list[Any]) -> list[Row]:

@@ -21,6 +21,7 @@ from worker.engine.tasknames import FLOW_HEADER, TASK_STEP
 from worker.engine.tasks import flow_named_by, run_step
 
 QUEUE = "interlude.test_headers"
+BINDING = f"_kombu.binding.{QUEUE}"  # where kombu's Redis transport records a declared queue
 
 
 @pytest.fixture()
@@ -28,12 +29,12 @@ def spare_queue() -> Iterator[str]:
     """QUEUE, empty; Celery adds a queue it is asked to publish to to the app's queues, and
     this process's app gets its four back afterwards (``test_app_config`` counts them)."""
     broker = redis_client(REDIS_DB)
-    broker.delete(QUEUE)
+    broker.delete(QUEUE, BINDING)
     try:
         yield QUEUE
     finally:
         app.amqp.queues.pop(QUEUE, None)
-        broker.delete(QUEUE)
+        broker.delete(QUEUE, BINDING)
 
 
 def test_a_step_tasks_message_names_its_flow(spare_queue: str) -> None:
@@ -48,6 +49,9 @@ def test_a_step_tasks_message_names_its_flow(spare_queue: str) -> None:
     headers = json.loads(raw)["headers"]
     assert headers[FLOW_HEADER] == "procurement"
     assert headers["task"] == TASK_STEP
+    assert headers["argsrepr"] == "['r1']"
+    # ...published without declaring its queue first: on Redis the push makes the list
+    assert not broker.exists(BINDING)
     # ...which the task reads from its request, as a worker gives it the message's headers
     run_step.push_request(**headers)
     try:

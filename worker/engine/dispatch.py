@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from worker.engine.tasknames import (
     FLOW_HEADER,
@@ -74,11 +74,40 @@ def celery_publisher(
     app.send_task(
         name,
         args=[run_id],
+        # What Celery's saferepr makes of the one id, without its walk over the arguments.
+        argsrepr=repr([run_id]),
         queue=queue,
         countdown=countdown,
         kwargsrepr=label,
         headers={FLOW_HEADER: flow},
+        **_declaring(app),
     )
+
+
+def _declaring(app: Any) -> dict[str, Any]:
+    """Celery's options for a publish's queue declaration, on the broker ``app`` publishes to.
+
+    Celery declares the task's queue before every publish, and kombu binds a copy of the
+    queue (and of its exchange) before it finds the queue in its cache of declared ones: about
+    60 µs of a publish's 390 (2026-12-06). On Redis the declaration is not needed: Celery
+    publishes through the anonymous exchange, which routes by the queue's name alone, onto
+    the list of that name, which the push creates. On RabbitMQ a message sent to a queue not
+    declared yet is dropped: declared there as before.
+
+    Decided once per producer pool: the app makes another when it is pointed at another
+    broker (or after a fork), and the pool's connection is the broker a publish goes to.
+    """
+    global _declared_for
+    pool = app.amqp.producer_pool
+    known, options = _declared_for
+    if pool is not known:
+        on_redis = pool.connections.connection.transport.driver_type == "redis"
+        options = {"declare": []} if on_redis else {}
+        _declared_for = (pool, options)  # (one assignment: threads see either pair whole)
+    return options
+
+
+_declared_for: tuple[Any, dict[str, Any]] = (None, {})
 
 
 class NoticePublisher(Protocol):
