@@ -99,15 +99,15 @@ def _declaring(app: Any) -> dict[str, Any]:
     """
     global _declared_for
     pool = app.amqp.producer_pool
-    known, options = _declared_for
+    known, on_redis = _declared_for
     if pool is not known:
         on_redis = pool.connections.connection.transport.driver_type == "redis"
-        options = {"declare": []} if on_redis else {}
-        _declared_for = (pool, options)  # (one assignment: threads see either pair whole)
-    return options
+        _declared_for = (pool, on_redis)  # (one assignment: threads see either pair whole)
+    # A new list at each publish: kombu may append to the one it is given.
+    return {"declare": []} if on_redis else {}
 
 
-_declared_for: tuple[Any, dict[str, Any]] = (None, {})
+_declared_for: tuple[Any, bool] = (None, False)
 
 
 class NoticePublisher(Protocol):
