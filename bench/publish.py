@@ -4,7 +4,7 @@
 
 A W1 run publishes twice, both in the caller (the enqueue and the accepted resume). Here this
 process sends the same step task (one run id, its flow in interlude's header, its flow and step
-as ``kwargsrepr``) to a queue of the bench's Redis database, two ways taking turns for
+as ``kwargsrepr``) to a queue of the bench's Redis database, the ways below taking turns for
 ``--rounds`` rounds of ``--publishes`` each:
 
 - **Celery's default**: ``send_task`` as called without interlude's options, so Celery declares
@@ -12,8 +12,10 @@ as ``kwargsrepr``) to a queue of the bench's Redis database, two ways taking tur
 - **interlude**: ``worker.engine.dispatch.celery_publisher``, which on Redis sends no
   declaration and gives ``argsrepr``.
 
-Printed: this process's CPU per publish (the median of the rounds) for each, and for a bare
-``LPUSH`` of the same message from redis-py: what Celery and kombu add to the push itself.
+- **a bare push**: ``LPUSH`` of the same message from redis-py, what is left without Celery
+  and kombu.
+
+Printed: this process's CPU per publish for each, the median of the rounds.
 """
 
 from __future__ import annotations

@@ -119,7 +119,13 @@ class NoticePublisher(Protocol):
 def celery_notice_publisher(notice: Notice, *, countdown: float | None) -> None:
     from worker.app import app
 
-    app.send_task(TASK_NOTIFY, kwargs=notice.as_kwargs(), queue=QUEUE_NOTIFY, countdown=countdown)
+    app.send_task(
+        TASK_NOTIFY,
+        kwargs=notice.as_kwargs(),
+        queue=QUEUE_NOTIFY,
+        countdown=countdown,
+        **_declaring(app),
+    )
 
 
 _publisher: Publisher = celery_publisher
