@@ -15,7 +15,8 @@ part only, whoever spent it: callers, workers, PostgreSQL, Redis):
   no broker (``bench.w1_in_process``); and W1's eight flushed commits with nothing else
   (``bench.w1_commit_floor``), which with Celery's hop make the floor of a run's CPU; and the
   two together as interlude must make them, the commits in the caller and the worker that make
-  them in interlude (``bench.w1_durable_floor``).
+  them in interlude (``bench.w1_durable_floor``); and the same with interlude's own nine
+  statements, as it sends them, and none of its Python (``bench.w1_record_floor``).
 - **machine**: W1 with the whole machine, ``--lanes`` (the cores) of everything: interlude
   with as many callers (processes) and worker lanes, each rival as as many processes, all
   started together (``bench.lanes``).
@@ -66,6 +67,10 @@ DURABLE_FLOOR = (
     "Celery's two tasks with W1's eight flushed commits, each made where interlude makes it "
     "(the floor of a durable Celery design)"
 )
+RECORD_FLOOR = (
+    "Celery's two tasks with W1's nine statements as interlude sends them, and none of its "
+    "Python (the floor of interlude's record)"
+)
 POOL_NAMES = {"solo": "one --pool solo worker", "prefork": "one -c 1 prefork worker"}
 WORKLOADS = ("w1", "machine", "latency", "three", "w4")
 
@@ -115,6 +120,7 @@ def w1_systems(
         IN_PROCESS: lambda: _ours("bench.w1_in_process", "--runs", str(runs)),
         COMMITS: lambda: _ours("bench.w1_commit_floor", "--runs", str(runs)),
         DURABLE_FLOOR: lambda: _ours("bench.w1_durable_floor", "--runs", str(runs), "--pool", pool),
+        RECORD_FLOOR: lambda: _ours("bench.w1_record_floor", "--runs", str(runs), "--pool", pool),
     }
 
 
@@ -231,6 +237,14 @@ def cpu_floor(cpu: dict[str, list[float]]) -> str | None:
             f" Made where interlude makes them (the caller two, the worker six), the hop and "
             f"the commits cost {durable:.2f} ms together, {durable / lg_sync:.2f} of LangGraph "
             f"`sync`'s; interlude's own schema and code cost {ours - durable:.2f} ms above that."
+        )
+    if RECORD_FLOOR in cpu:
+        # What interlude asks of the server, sent as it sends it, with none of its Python.
+        record = statistics.median(cpu[RECORD_FLOOR])
+        said += (
+            f" With interlude's own nine statements in place of the bare commits, and none of "
+            f"its Python: {record:.2f} ms, {record / lg_sync:.2f} of LangGraph `sync`'s; "
+            f"interlude's Python costs {ours - record:.2f} ms above that."
         )
     return said
 

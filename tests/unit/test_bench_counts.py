@@ -12,6 +12,7 @@ from bench.compare import (
     IN_PROCESS,
     INTERLUDE,
     LG_SYNC,
+    RECORD_FLOOR,
     by_process_table,
     cpu_floor,
     hop_plus_work,
@@ -89,6 +90,23 @@ def test_the_durable_floor_is_said_beside_the_sum_when_measured() -> None:
     assert said is not None
     assert "cost 4.00 ms together, 0.50 of LangGraph `sync`'s" in said
     assert "interlude's own schema and code cost 5.00 ms above that." in said
+
+
+def test_the_record_floor_says_what_interludes_python_costs_above_it() -> None:
+    cpu = {
+        INTERLUDE: [9.0],
+        FLOOR: [1.8],
+        COMMITS: [1.1],
+        DURABLE_FLOOR: [4.0],
+        RECORD_FLOOR: [6.6, 6.4, 7.0],
+        LG_SYNC: [8.0],
+    }
+
+    said = cpu_floor(cpu)
+
+    assert said is not None
+    assert "none of its Python: 6.60 ms, 0.82 of LangGraph `sync`'s" in said
+    assert "interlude's Python costs 2.40 ms above that." in said
 
 
 def test_without_the_commits_row_no_floor_is_said() -> None:

@@ -1,0 +1,352 @@
+"""W1's floor with interlude's own statements: Celery's two tasks sending the nine statements a
+W1 run sends, each from the process that sends it, and no other code of interlude's.
+
+    .venv/bin/python -m bench.w1_record_floor --runs 500 [--pool solo] [--cpu] [--json]
+
+``bench.w1_durable_floor`` commits W1's transitions as rows of three columns. A run of
+interlude writes the record its guarantees stand on: the run moved by compare-and-set with its
+lease and fencing epoch, its events, the checkpoint, the interrupt with its evidence, the
+answer's attempt, the effect's intent and outcome. This floor writes exactly that, with the
+statements interlude sends, and runs none of interlude's Python around them: what the machine
+spends per run here, no change of interlude's Python can remove; only a change of what the
+server is asked to do (the statements, the schema, the record) can.
+
+How. W1 runs twice on a scratch database, in this process, through the test seam
+(``worker.testing``), and every statement sent is recorded with its values
+(``models.driver``) and with where interlude sends it: the caller (the enqueue; the answer,
+one read and one write) or the worker (the first task: claim, suspend; the resume task: claim,
+advance with the next claim, the effect's intent, the last commit). Values in the first run
+that the second does not have (ids, idempotency keys, hashes over them) are the run's own:
+each measured run gets its own in their place, derived from its number, and every timestamp
+moves on by as much as the clock has since. Each process builds every run's values before the
+clock starts. Then, as in ``bench.w1_durable_floor``, the caller sends its statements on one
+kept connection (autocommit, prepared) and publishes the run's two tasks to a worker of
+Celery alone with interlude's settings, whose tasks send theirs.
+
+Left out besides interlude's Python: the caller's listing of the interrupts to answer (one
+statement for all the runs in ``bench.w1``). Every statement must touch as many rows as it did
+when recorded, and at the end every measured run must have succeeded with its effect applied:
+otherwise the bench fails.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import pickle
+import re
+import tempfile
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import redis
+from psycopg.types.json import Jsonb
+
+from bench import pg
+from bench.processes import (
+    BROKER_URL,
+    counter,
+    exclusive,
+    floor_app,
+    floor_env,
+    two_hops,
+    wait_for_count,
+)
+from bench.w1 import rate_main
+
+QUEUE = "record_floor"
+# Where interlude sends each statement of a W1 run (``bench.w1 --count``: caller 3, worker 6).
+CALLER_PHASES = ("enqueue", "resume")
+TASK_PHASES = ("first", "second")
+PHASES = ("enqueue", "first", "resume", "second")
+TEMPLATE_ENV, RUNS_ENV, DSN_ENV = "BENCH_RECORD_TEMPLATE", "BENCH_RECORD_RUNS", "BENCH_FLOOR_DSN"
+MISMATCH = "record_floor:mismatch"
+# An id (uuid4's hex), or a SHA-256 in hex: the shapes of a run's own values.
+_TOKEN = re.compile(r"\b(?:[0-9a-f]{64}|[0-9a-f]{32})\b")
+
+
+@dataclass(frozen=True)
+class JsonValue:
+    """A JSON parameter as recorded (psycopg's ``Jsonb``), before it is made a run's own."""
+
+    obj: Any
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """One statement as interlude sent it: its text (numbered parameters), its values, the rows
+    it touched and whether it returns rows (read as the driver reads them)."""
+
+    sql: bytes
+    values: list[Any]
+    rowcount: int
+    returns_rows: bool
+
+
+Template = dict[str, list[Recorded]]
+
+
+def tokens_in(value: Any) -> set[str]:
+    """Every id- or hash-shaped token in ``value``, however deep in JSON it is."""
+    if isinstance(value, str):
+        return set(_TOKEN.findall(value))
+    if isinstance(value, JsonValue):
+        return tokens_in(value.obj)
+    if isinstance(value, list | tuple):
+        return set().union(*(tokens_in(item) for item in value))
+    if isinstance(value, dict):
+        return set().union(*(tokens_in(k) | tokens_in(v) for k, v in value.items()))
+    return set()
+
+
+def run_scoped(first: Template, second: Template) -> frozenset[str]:
+    """The tokens of the first run's values that the second run's do not have: its own."""
+    if [(p, [r.sql for r in first[p]]) for p in PHASES] != [
+        (p, [r.sql for r in second[p]]) for p in PHASES
+    ]:
+        raise RuntimeError("W1's two recorded runs sent different statements")
+    mine = set().union(*(tokens_in(r.values) for p in PHASES for r in first[p]))
+    theirs = set().union(*(tokens_in(r.values) for p in PHASES for r in second[p]))
+    return frozenset(mine - theirs)
+
+
+def own_token(token: str, run: int) -> str:
+    """Run ``run``'s value in place of ``token``: of the same shape, unique to both."""
+    return hashlib.sha256(f"{token}:{run}".encode()).hexdigest()[: len(token)]
+
+
+def values_for(
+    recorded: list[Any], tokens: frozenset[str], run: int, shift: timedelta
+) -> list[Any]:
+    """The values ``recorded`` as run ``run`` sends them: its own tokens, its own times, each
+    JSON value as its text already (a floor: nothing done per statement that could be done
+    before)."""
+    mapping = {token: own_token(token, run) for token in tokens}
+
+    def text(value: str) -> str:
+        return _TOKEN.sub(lambda m: mapping.get(m.group(0), m.group(0)), value)
+
+    def walk(value: Any) -> Any:
+        if isinstance(value, str):
+            return text(value)
+        if isinstance(value, list):
+            return [walk(item) for item in value]
+        if isinstance(value, dict):
+            return {walk(k): walk(v) for k, v in value.items()}
+        return value
+
+    values: list[Any] = []
+    for value in recorded:
+        if isinstance(value, str):
+            values.append(text(value))
+        elif isinstance(value, JsonValue):
+            values.append(Jsonb(json.dumps(walk(value.obj)), dumps=_as_is))
+        elif isinstance(value, datetime):
+            values.append(value + shift)
+        else:
+            values.append(value)
+    return values
+
+
+def _as_is(text: str) -> str:
+    return text
+
+
+def _plain(value: Any) -> Any:
+    """A recorded value as something another process can read back (a ``Jsonb`` as its
+    object, an enumeration as its value)."""
+    if isinstance(value, Jsonb):
+        return JsonValue(value.obj)
+    if isinstance(value, Enum):
+        return value.value
+    return value
+
+
+def record(url: str) -> tuple[Template, Template, datetime]:
+    """W1 twice on the database at ``url`` (migrated, with the bench's approver), in this
+    process through the test seam: each run's statements by where interlude sends them, and
+    when they were recorded."""
+    from bench.w1 import contract, prepare
+    from models import driver
+    from models.db import dispose_engines
+
+    credential = prepare(url)
+    from worker import enqueue_run, list_interrupts, submit_resume
+    from worker.flows.flow import load_flow_modules
+    from worker.testing import recording
+
+    load_flow_modules()
+    runs: list[Template] = []
+    phase = ""
+    sent = driver.DriverStatement.execute
+
+    def recorded(self: driver.DriverStatement, session: Any, given: dict[str, Any]) -> Any:
+        values = [_plain(v) for v in self.arguments(given)]
+        result = sent(self, session, given)
+        runs[-1][phase].append(Recorded(self._raw, values, result.rowcount, self._returns_rows))
+        return result
+
+    driver.DriverStatement.execute = recorded  # type: ignore[method-assign]
+    try:
+        with recording() as tasks:
+            for n in range(2):
+                runs.append({p: [] for p in PHASES})
+                phase = "enqueue"
+                run_id = enqueue_run("bench_w1", {"n": n})
+                phase = "first"
+                tasks.drain()
+                (interrupt,) = list_interrupts(run_id=run_id, status="pending")
+                phase = "resume"
+                if not submit_resume(contract(interrupt), credential).accepted:
+                    raise RuntimeError("W1's recorded resume was refused")
+                phase = "second"
+                tasks.drain()
+    finally:
+        driver.DriverStatement.execute = sent  # type: ignore[method-assign]
+        dispose_engines()
+    return runs[0], runs[1], datetime.now(UTC)
+
+
+def plans(
+    template: Template,
+    tokens: frozenset[str],
+    runs: int,
+    phases: tuple[str, ...],
+    recorded_at: datetime,
+) -> dict[str, list[list[tuple[Recorded, list[Any]]]]]:
+    """Every run's statements of ``phases``, each with that run's values, built now: every
+    time moved on by as much as the clock has since ``recorded_at`` (a lease given then for
+    a minute still has its minute)."""
+    shift = datetime.now(UTC) - recorded_at
+    return {
+        phase: [
+            [(r, values_for(r.values, tokens, run, shift)) for r in template[phase]]
+            for run in range(runs)
+        ]
+        for phase in phases
+    }
+
+
+def send(conn: psycopg.Connection[Any], statements: list[tuple[Recorded, list[Any]]]) -> None:
+    """One phase of one run, as interlude's driver sends it: each statement its own
+    transaction, prepared; the rows read where the driver reads them. A statement that touches
+    other than the rows it touched when recorded is counted (``MISMATCH``)."""
+    cursor = _cursor(conn)
+    for recorded, values in statements:
+        cursor.execute(recorded.sql, values, prepare=True)
+        if recorded.returns_rows:
+            cursor.fetchall()
+        if cursor.rowcount != recorded.rowcount:
+            _counter.incr(MISMATCH)
+
+
+_cursors: dict[int, psycopg.RawCursor[Any]] = {}
+
+
+def _cursor(conn: psycopg.Connection[Any]) -> psycopg.RawCursor[Any]:
+    """One cursor per connection, kept (as ``models.driver`` keeps its)."""
+    found = _cursors.get(id(conn))
+    if found is None:
+        found = _cursors[id(conn)] = psycopg.RawCursor(conn)
+    return found
+
+
+def _connect(dsn: str) -> psycopg.Connection[Any]:
+    return psycopg.connect(dsn, autocommit=True, options="-c TimeZone=UTC")
+
+
+app = floor_app("record_floor", QUEUE)
+_counter = counter()
+_connection: psycopg.Connection[Any] | None = None
+_plans: dict[str, list[list[tuple[Recorded, list[Any]]]]] = {}
+
+
+def _load_worker_plans() -> None:
+    """In the worker: every run's statements of its two tasks, built before any task comes."""
+    template, tokens, recorded_at = pickle.loads(Path(os.environ[TEMPLATE_ENV]).read_bytes())
+    _plans.update(plans(template, tokens, int(os.environ[RUNS_ENV]), TASK_PHASES, recorded_at))
+
+
+if TEMPLATE_ENV in os.environ:
+    _load_worker_plans()
+
+
+@app.task(name="record_floor.step")  # type: ignore[untyped-decorator]
+def step(run: int, phase: str) -> None:
+    global _connection
+    if _connection is None:  # opened at the first task and kept, as a solo worker keeps its
+        _connection = _connect(os.environ[DSN_ENV])
+    send(_connection, _plans[phase][run])
+    _counter.incr(f"record_floor:{phase}")
+
+
+def run(runs: int, *, measure_cpu: bool = False, pool: str = "prefork") -> dict[str, Any]:
+    redis.Redis.from_url(BROKER_URL).flushdb()
+    _counter.delete("record_floor:first", "record_floor:second", MISMATCH)
+    with pg.scratch_database("w1_record_floor") as name:
+        url, dsn = pg.sqlalchemy_url(name), pg.dsn(name)
+        first, second, recorded_at = record(url)
+        tokens = run_scoped(first, second)
+        with tempfile.TemporaryDirectory(prefix="bench-record-") as folder:
+            path = Path(folder) / "template.pickle"
+            path.write_bytes(pickle.dumps((first, tokens, recorded_at)))
+            env = {**floor_env(), DSN_ENV: dsn, TEMPLATE_ENV: str(path), RUNS_ENV: str(runs)}
+            caller = plans(first, tokens, runs, CALLER_PHASES, recorded_at)
+            with _connect(dsn) as conn:
+
+                def enqueue(i: int) -> None:
+                    send(conn, caller["enqueue"][i])
+                    step.delay(i, "first")
+
+                def resume(i: int) -> None:
+                    send(conn, caller["resume"][i])
+                    step.delay(i, "second")
+
+                result = two_hops(
+                    "bench.w1_record_floor",
+                    env,
+                    QUEUE,
+                    pool,
+                    runs,
+                    first=enqueue,
+                    second=resume,
+                    wait=_wait_for,
+                    measure_cpu=measure_cpu,
+                )
+                _check(conn, runs)
+    return result
+
+
+def _wait_for(phase: str, runs: int) -> None:
+    key, what = f"record_floor:{phase}", f"W1 record floor: the {phase} tasks"
+    wait_for_count(_counter, key, runs, what)
+
+
+def _check(conn: psycopg.Connection[Any], runs: int) -> None:
+    """Every statement touched what it did when recorded; every measured run succeeded, its
+    effect applied (the two recorded runs besides)."""
+    mismatched = int(_counter.get(MISMATCH) or 0)  # type: ignore[arg-type]
+    if mismatched:
+        raise RuntimeError(f"W1 record floor: {mismatched} statements touched other rows")
+    done = conn.execute(
+        "SELECT count(*) FROM runs r JOIN effects e ON e.run_id = r.id"
+        " WHERE r.state = 'succeeded' AND e.status = 'applied'"
+    ).fetchone()
+    if done is None or done[0] != runs + 2:
+        raise RuntimeError(f"W1 record floor: {done} runs succeeded, {runs + 2} expected")
+
+
+if __name__ == "__main__":
+    # Through the module by its name: the recorded statements are pickled for the worker, which
+    # imports this module as bench.w1_record_floor, not as __main__.
+    from bench import w1_record_floor
+
+    with exclusive("bench.w1_record_floor"):
+        rate_main(
+            __doc__ or "", w1_record_floor.run, "W1 record floor", cpu_option=True, pool_option=True
+        )
