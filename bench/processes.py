@@ -196,6 +196,13 @@ def floor_app(name: str, queue: str, *, task_events: bool | None = None) -> Cele
     return app
 
 
+def publish(task: Any, *args: Any) -> None:
+    """``task(*args)`` published as interlude publishes its steps on Redis (the bench's broker):
+    no declaration of the queue first, the arguments' text given (``worker.engine.dispatch``),
+    so that a floor pays no more for its hop than interlude does."""
+    task.apply_async(args, declare=[], argsrepr=repr(list(args)))
+
+
 def wait_for_count(
     counter: redis.Redis,
     key: str,

@@ -42,6 +42,7 @@ from bench.processes import (
     exclusive,
     floor_app,
     floor_env,
+    publish,
     two_hops,
     wait_for_count,
 )
@@ -98,11 +99,11 @@ def run(runs: int, *, measure_cpu: bool = False, pool: str = "prefork") -> dict[
 
         def enqueue(i: int) -> None:
             conn.execute(INSERT, (ids[i], '{"n": 0}'), prepare=True)
-            step.delay(ids[i], "first")
+            publish(step, ids[i], "first")
 
         def resume(i: int) -> None:
             _commit(conn, ids[i], FIRST_TASK_COMMITS)
-            step.delay(ids[i], "second")
+            publish(step, ids[i], "second")
 
         result = two_hops(
             "bench.w1_durable_floor",

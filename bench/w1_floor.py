@@ -29,6 +29,7 @@ from bench.processes import (
     exclusive,
     floor_app,
     floor_env,
+    publish,
     two_hops,
     wait_for_count,
 )
@@ -58,8 +59,8 @@ def run(runs: int, *, measure_cpu: bool = False, pool: str = "prefork") -> dict[
         QUEUE,
         pool,
         runs,
-        first=lambda i: step.delay(i, "first"),
-        second=lambda i: step.delay(i, "second"),
+        first=lambda i: publish(step, i, "first"),
+        second=lambda i: publish(step, i, "second"),
         wait=_wait_for,
         measure_cpu=measure_cpu,
     )

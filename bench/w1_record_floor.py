@@ -54,6 +54,7 @@ from bench.processes import (
     exclusive,
     floor_app,
     floor_env,
+    publish,
     two_hops,
     wait_for_count,
 )
@@ -301,11 +302,11 @@ def run(runs: int, *, measure_cpu: bool = False, pool: str = "prefork") -> dict[
 
                 def enqueue(i: int) -> None:
                     send(conn, caller["enqueue"][i])
-                    step.delay(i, "first")
+                    publish(step, i, "first")
 
                 def resume(i: int) -> None:
                     send(conn, caller["resume"][i])
-                    step.delay(i, "second")
+                    publish(step, i, "second")
 
                 result = two_hops(
                     "bench.w1_record_floor",
