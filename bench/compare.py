@@ -218,7 +218,9 @@ def hop_plus_work(rates: dict[str, list[float]]) -> str | None:
 def cpu_floor(cpu: dict[str, list[float]]) -> str | None:
     """The CPU no design that runs each step as a Celery task and commits every transition can
     avoid (Celery's hop and eight flushed commits, medians), against LangGraph ``sync``'s run
-    and interlude's: what is left above it is interlude's own work."""
+    and interlude's: what is left above it is interlude's own work. Where measured, the same
+    floor with the commits made where interlude makes them, then with interlude's own
+    statements (its record) in their place: what is left above that is its Python."""
     if not {INTERLUDE, FLOOR, COMMITS, LG_SYNC} <= cpu.keys():
         return None
     hop, commits, ours, lg_sync = (
