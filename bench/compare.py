@@ -19,7 +19,7 @@ part only, whoever spent it: callers, workers, PostgreSQL, Redis):
   statements, as it sends them, and none of its Python (``bench.w1_record_floor``).
 - **machine**: W1 with the whole machine, ``--lanes`` (the cores) of everything: interlude
   with as many callers (processes) and worker lanes, each rival as as many processes, all
-  started together (``bench.lanes``).
+  started together (``bench.lanes``); and interlude's record floor so too.
 - **latency**: answers at 40 a second to waiting W1 runs, from each answer to its step moving
   on the worker (``bench.resume_latency``).
 - **three-step** runs, one after another (``bench.throughput``; a bare Celery chain, not
@@ -139,7 +139,12 @@ def whole_machine_systems(
     """W1 with the whole machine: ``lanes`` callers and worker lanes for interlude, ``lanes``
     processes for each rival."""
     ours = ["bench.w1", "--runs", str(runs), "--lanes", str(lanes), "--pool", pool]
-    return {INTERLUDE: lambda: _ours(*ours), **_rivals_w1(python, runs, lanes)}
+    record = ["bench.w1_record_floor", "--runs", str(runs), "--lanes", str(lanes)]
+    return {
+        INTERLUDE: lambda: _ours(*ours),
+        **_rivals_w1(python, runs, lanes),
+        RECORD_FLOOR: lambda: _ours(*record),
+    }
 
 
 def three_step_systems(python: str, runs: int) -> dict[str, Callable[[], Any]]:

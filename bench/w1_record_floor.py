@@ -2,6 +2,7 @@
 W1 run sends, each from the process that sends it, and no other code of interlude's.
 
     .venv/bin/python -m bench.w1_record_floor --runs 500 [--pool solo] [--cpu] [--json]
+    .venv/bin/python -m bench.w1_record_floor --runs 1000 --lanes 2   # the whole machine
 
 ``bench.w1_durable_floor`` commits W1's transitions as rows of three columns. A run of
 interlude writes the record its guarantees stand on: the run moved by compare-and-set with its
@@ -21,7 +22,9 @@ each measured run gets its own in their place, derived from its number, and ever
 moves on by as much as the clock has since. Each process builds every run's values before the
 clock starts. Then, as in ``bench.w1_durable_floor``, the caller sends its statements on one
 kept connection (autocommit, prepared) and publishes the run's two tasks to a worker of
-Celery alone with interlude's settings, whose tasks send theirs.
+Celery alone with interlude's settings, whose tasks send theirs. With ``--lanes N``, the whole
+machine as ``bench.w1 --lanes N --pool solo`` runs it: N callers (processes), each with its
+share of the runs, and N solo workers, started together (``bench.lanes``).
 
 Left out besides interlude's Python: the caller's listing of the interrupts to answer (one
 statement for all the runs in ``bench.w1``). Every statement must touch as many rows as it did
@@ -31,12 +34,17 @@ otherwise the bench fails.
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import json
 import os
 import pickle
 import re
+import sys
 import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from enum import Enum
@@ -47,18 +55,22 @@ import psycopg
 import redis
 from psycopg.types.json import Jsonb
 
-from bench import pg
+from bench import cpu, lanes, pg
+from bench.machine_cpu import report_result, wait_for_go
 from bench.processes import (
     BROKER_URL,
+    ROOT,
     counter,
     exclusive,
     floor_app,
     floor_env,
     publish,
+    start_worker,
+    stop_worker,
     two_hops,
     wait_for_count,
 )
-from bench.w1 import rate_main
+from bench.w1 import CPU_HELP, POOLS
 
 QUEUE = "record_floor"
 # Where interlude sends each statement of a W1 run (``bench.w1 --count``: caller 3, worker 6).
@@ -66,6 +78,8 @@ CALLER_PHASES = ("enqueue", "resume")
 TASK_PHASES = ("first", "second")
 PHASES = ("enqueue", "first", "resume", "second")
 TEMPLATE_ENV, RUNS_ENV, DSN_ENV = "BENCH_RECORD_TEMPLATE", "BENCH_RECORD_RUNS", "BENCH_FLOOR_DSN"
+LANE_RUNS_ENV = "BENCH_RECORD_LANE_RUNS"  # the runs of each caller: a task counts for its lane
+CALLER_ENV = "BENCH_RECORD_CALLER"  # a lane's caller builds its own runs' statements only
 MISMATCH = "record_floor:mismatch"
 # An id (uuid4's hex), or a SHA-256 in hex: the shapes of a run's own values.
 _TOKEN = re.compile(r"\b(?:[0-9a-f]{64}|[0-9a-f]{32})\b")
@@ -216,18 +230,18 @@ def record(url: str) -> tuple[Template, Template, datetime]:
 def plans(
     template: Template,
     tokens: frozenset[str],
-    runs: int,
+    numbers: range,
     phases: tuple[str, ...],
     recorded_at: datetime,
 ) -> dict[str, list[list[tuple[Recorded, list[Any]]]]]:
-    """Every run's statements of ``phases``, each with that run's values, built now: every
-    time moved on by as much as the clock has since ``recorded_at`` (a lease given then for
-    a minute still has its minute)."""
+    """The statements of ``phases`` of the runs ``numbers``, in their order, each with that
+    run's values, built now: every time moved on by as much as the clock has since
+    ``recorded_at`` (a lease given then for a minute still has its minute)."""
     shift = datetime.now(UTC) - recorded_at
     return {
         phase: [
             [(r, values_for(r.values, tokens, run, shift)) for r in template[phase]]
-            for run in range(runs)
+            for run in numbers
         ]
         for phase in phases
     }
@@ -267,14 +281,28 @@ _connection: psycopg.Connection[Any] | None = None
 _plans: dict[str, list[list[tuple[Recorded, list[Any]]]]] = {}
 
 
+def _template() -> tuple[Template, frozenset[str], datetime]:
+    loaded: tuple[Template, frozenset[str], datetime] = pickle.loads(
+        Path(os.environ[TEMPLATE_ENV]).read_bytes()
+    )
+    return loaded
+
+
 def _load_worker_plans() -> None:
-    """In the worker: every run's statements of its two tasks, built before any task comes."""
-    template, tokens, recorded_at = pickle.loads(Path(os.environ[TEMPLATE_ENV]).read_bytes())
-    _plans.update(plans(template, tokens, int(os.environ[RUNS_ENV]), TASK_PHASES, recorded_at))
+    """In a worker: every run's statements of its two tasks, built before any task comes (a
+    worker of the whole machine takes any lane's)."""
+    template, tokens, recorded_at = _template()
+    numbers = range(int(os.environ[RUNS_ENV]))
+    _plans.update(plans(template, tokens, numbers, TASK_PHASES, recorded_at))
 
 
-if TEMPLATE_ENV in os.environ:
+if TEMPLATE_ENV in os.environ and CALLER_ENV not in os.environ:
     _load_worker_plans()
+
+
+def _done_key(phase: str, run: int) -> str:
+    """Where the tasks of ``phase`` count themselves: by the lane whose caller published them."""
+    return f"record_floor:{phase}:{run // int(os.environ[LANE_RUNS_ENV])}"
 
 
 @app.task(name="record_floor.step")  # type: ignore[untyped-decorator]
@@ -283,12 +311,53 @@ def step(run: int, phase: str) -> None:
     if _connection is None:  # opened at the first task and kept, as a solo worker keeps its
         _connection = _connect(os.environ[DSN_ENV])
     send(_connection, _plans[phase][run])
-    _counter.incr(f"record_floor:{phase}")
+    _counter.incr(_done_key(phase, run))
 
 
-def run(runs: int, *, measure_cpu: bool = False, pool: str = "prefork") -> dict[str, Any]:
+class Caller:
+    """A caller of runs ``numbers``: their statements of the enqueue and the answer, built
+    before the clock starts, sent on one kept connection, each phase followed by its task."""
+
+    def __init__(self, numbers: range) -> None:
+        template, tokens, recorded_at = _template()
+        self.numbers = numbers
+        self.plans = plans(template, tokens, numbers, CALLER_PHASES, recorded_at)
+        self.conn = _connect(os.environ[DSN_ENV])
+
+    def enqueue(self, i: int) -> None:
+        send(self.conn, self.plans["enqueue"][i])
+        publish(step, self.numbers[i], "first")
+
+    def resume(self, i: int) -> None:
+        send(self.conn, self.plans["resume"][i])
+        publish(step, self.numbers[i], "second")
+
+    def wait_for(self, phase: str, runs: int) -> None:
+        key, what = _done_key(phase, self.numbers[0]), f"W1 record floor: the {phase} tasks"
+        wait_for_count(_counter, key, runs, what)
+
+    def all(self) -> float:
+        """W1's two hops for all of its runs; the seconds they took."""
+        start = time.perf_counter()
+        for i in range(len(self.numbers)):
+            self.enqueue(i)
+        self.wait_for("first", len(self.numbers))
+        for i in range(len(self.numbers)):
+            self.resume(i)
+        self.wait_for("second", len(self.numbers))
+        return time.perf_counter() - start
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+@contextmanager
+def _recorded(runs: int, lane_runs: int) -> Iterator[tuple[dict[str, str], str]]:
+    """A scratch database with W1 recorded on it, and the environment of the processes that
+    replay it (``runs`` in all, ``lane_runs`` per caller); the database's DSN."""
     redis.Redis.from_url(BROKER_URL).flushdb()
-    _counter.delete("record_floor:first", "record_floor:second", MISMATCH)
+    for key in _counter.scan_iter("record_floor:*"):  # (an earlier run's counts)
+        _counter.delete(key)
     with pg.scratch_database("w1_record_floor") as name:
         url, dsn = pg.sqlalchemy_url(name), pg.dsn(name)
         first, second, recorded_at = record(url)
@@ -296,36 +365,76 @@ def run(runs: int, *, measure_cpu: bool = False, pool: str = "prefork") -> dict[
         with tempfile.TemporaryDirectory(prefix="bench-record-") as folder:
             path = Path(folder) / "template.pickle"
             path.write_bytes(pickle.dumps((first, tokens, recorded_at)))
-            env = {**floor_env(), DSN_ENV: dsn, TEMPLATE_ENV: str(path), RUNS_ENV: str(runs)}
-            caller = plans(first, tokens, runs, CALLER_PHASES, recorded_at)
+            yield (
+                {
+                    **floor_env(),
+                    DSN_ENV: dsn,
+                    TEMPLATE_ENV: str(path),
+                    RUNS_ENV: str(runs),
+                    LANE_RUNS_ENV: str(lane_runs),
+                },
+                dsn,
+            )
             with _connect(dsn) as conn:
-
-                def enqueue(i: int) -> None:
-                    send(conn, caller["enqueue"][i])
-                    publish(step, i, "first")
-
-                def resume(i: int) -> None:
-                    send(conn, caller["resume"][i])
-                    publish(step, i, "second")
-
-                result = two_hops(
-                    "bench.w1_record_floor",
-                    env,
-                    QUEUE,
-                    pool,
-                    runs,
-                    first=enqueue,
-                    second=resume,
-                    wait=_wait_for,
-                    measure_cpu=measure_cpu,
-                )
                 _check(conn, runs)
+
+
+def run(runs: int, *, measure_cpu: bool = False, pool: str = "prefork") -> dict[str, Any]:
+    """One lane: this process the caller, one worker of ``pool``."""
+    with _recorded(runs, runs) as (env, _):
+        os.environ.update({k: env[k] for k in (DSN_ENV, TEMPLATE_ENV, LANE_RUNS_ENV)})
+        caller = Caller(range(runs))
+        try:
+            return two_hops(
+                "bench.w1_record_floor",
+                env,
+                QUEUE,
+                pool,
+                runs,
+                first=caller.enqueue,
+                second=caller.resume,
+                wait=caller.wait_for,
+                measure_cpu=measure_cpu,
+            )
+        finally:
+            caller.close()
+
+
+def run_lanes(runs: int, lanes_: int) -> dict[str, Any]:
+    """The whole machine: ``lanes_`` callers (processes) at once, each with its share of the
+    runs, and ``lanes_`` solo workers (``bench.lanes``: the machine's CPU per run, and each
+    role's, over the timed part)."""
+    if runs % lanes_:
+        raise ValueError(f"{runs} runs do not share evenly among {lanes_} lanes")
+    share = runs // lanes_
+    with _recorded(runs, share) as (env, _):
+        workers = [
+            start_worker("bench.w1_record_floor", env, QUEUE, ["--pool", "solo"])
+            for _ in range(lanes_)
+        ]
+        command = [sys.executable, "-m", "bench.w1_record_floor", "--caller", "--runs", str(share)]
+        try:
+            result = lanes.run(
+                [[*command, "--lane", str(k)] for k in range(lanes_)],
+                env={**env, CALLER_ENV: "1"},
+                cwd=str(ROOT),
+                workers=[worker.pid for worker in workers],
+            )
+        finally:
+            for worker in workers:
+                stop_worker(worker)
     return result
 
 
-def _wait_for(phase: str, runs: int) -> None:
-    key, what = f"record_floor:{phase}", f"W1 record floor: the {phase} tasks"
-    wait_for_count(_counter, key, runs, what)
+def lane_caller(lane: int, share: int) -> None:
+    """One caller of ``run_lanes``: ready, then at the start signal its share of W1."""
+    caller = Caller(range(lane * share, (lane + 1) * share))
+    try:
+        wait_for_go()
+        seconds = caller.all()
+        report_result({"runs": share, "seconds": seconds})
+    finally:
+        caller.close()
 
 
 def _check(conn: psycopg.Connection[Any], runs: int) -> None:
@@ -342,12 +451,41 @@ def _check(conn: psycopg.Connection[Any], runs: int) -> None:
         raise RuntimeError(f"W1 record floor: {done} runs succeeded, {runs + 2} expected")
 
 
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--runs", type=int, default=200)
+    parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    parser.add_argument("--cpu", action="store_true", help=CPU_HELP)
+    parser.add_argument("--pool", choices=POOLS, default="prefork", help="the worker's pool")
+    parser.add_argument(
+        "--lanes", type=int, default=0, help="the whole machine: this many callers and solo workers"
+    )
+    parser.add_argument("--caller", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--lane", type=int, default=0, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.caller:  # one of run_lanes' callers
+        lane_caller(args.lane, args.runs)
+        return
+    with exclusive("bench.w1_record_floor"):
+        if args.lanes:
+            result = run_lanes(args.runs, args.lanes)
+        else:
+            result = run(args.runs, measure_cpu=args.cpu, pool=args.pool)
+    if args.json:
+        print(json.dumps(result))
+        return
+    print(
+        f"W1 record floor: {result['runs']} runs in {result['seconds']:.2f} s"
+        f" = {result['rate']:.1f} runs/s; the machine's CPU per run:"
+        f" {result['cpu_ms_per_run']:.2f} ms"
+    )
+    if "cpu" in result:
+        print("  " + cpu.describe(result["cpu"], result["runs"], result["seconds"]))
+
+
 if __name__ == "__main__":
-    # Through the module by its name: the recorded statements are pickled for the worker, which
-    # imports this module as bench.w1_record_floor, not as __main__.
+    # Through the module by its name: the recorded statements are pickled for the other
+    # processes, which import this module as bench.w1_record_floor, not as __main__.
     from bench import w1_record_floor
 
-    with exclusive("bench.w1_record_floor"):
-        rate_main(
-            __doc__ or "", w1_record_floor.run, "W1 record floor", cpu_option=True, pool_option=True
-        )
+    w1_record_floor.main()

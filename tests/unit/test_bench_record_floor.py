@@ -62,14 +62,14 @@ def test_each_run_gets_its_own_values_of_the_same_shape_and_the_shared_ones_stay
     assert one[0] != two[0] and one[2] != two[2]
 
 
-def test_every_run_is_planned_before_the_clock_with_its_times_moved_to_now() -> None:
+def test_a_callers_runs_are_planned_before_the_clock_with_their_times_moved_to_now() -> None:
     template = _run(RUN_A, HASH_A)
     recorded_at = AT - timedelta(minutes=1)  # its lease (AT) had a minute left then
-    planned = plans(template, frozenset({RUN_A}), 3, ("enqueue", "second"), recorded_at)
+    planned = plans(template, frozenset({RUN_A}), range(3, 6), ("enqueue", "second"), recorded_at)
     assert set(planned) == {"enqueue", "second"}
     assert len(planned["enqueue"]) == 3
-    ((recorded, values),) = planned["second"][2]
+    ((recorded, values),) = planned["second"][2]  # the third of runs 3 to 5: run 5
     assert recorded is template["second"][0]
-    assert values[0] == own_token(RUN_A, 2)
+    assert values[0] == own_token(RUN_A, 5)
     left = values[4] - datetime.now(UTC)
     assert timedelta(seconds=50) < left <= timedelta(minutes=1)
