@@ -1,4 +1,4 @@
-"""bench.w1_record_floor replays W1's recorded statements: each run with values of its own."""
+"""bench.recorded_w1: W1's recorded statements, each measured run with values of its own."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from psycopg.types.json import Jsonb
 
-from bench.w1_record_floor import (
+from bench.recorded_w1 import (
     PHASES,
     JsonValue,
     Recorded,
