@@ -183,9 +183,9 @@ class Caller:
 
 
 @contextmanager
-def _recorded(runs: int, lane_runs: int) -> Iterator[tuple[dict[str, str], str]]:
-    """A scratch database with W1 recorded on it, and the environment of the processes that
-    replay it (``runs`` in all, ``lane_runs`` per caller); the database's DSN."""
+def _recorded(runs: int, lane_runs: int) -> Iterator[dict[str, str]]:
+    """A scratch database with W1 recorded on it: the environment of the processes that replay
+    it (``runs`` in all, ``lane_runs`` per caller). Checked once they are done."""
     redis.Redis.from_url(BROKER_URL).flushdb()
     for key in _counter.scan_iter("record_floor:*"):  # (an earlier run's counts)
         _counter.delete(key)
@@ -196,23 +196,20 @@ def _recorded(runs: int, lane_runs: int) -> Iterator[tuple[dict[str, str], str]]
         with tempfile.TemporaryDirectory(prefix="bench-record-") as folder:
             path = Path(folder) / "template.pickle"
             path.write_bytes(pickle.dumps((first, tokens, recorded_at)))
-            yield (
-                {
-                    **floor_env(),
-                    DSN_ENV: dsn,
-                    TEMPLATE_ENV: str(path),
-                    RUNS_ENV: str(runs),
-                    LANE_RUNS_ENV: str(lane_runs),
-                },
-                dsn,
-            )
+            yield {
+                **floor_env(),
+                DSN_ENV: dsn,
+                TEMPLATE_ENV: str(path),
+                RUNS_ENV: str(runs),
+                LANE_RUNS_ENV: str(lane_runs),
+            }
             with _connect(dsn) as conn:
                 _check(conn, runs)
 
 
 def run(runs: int, *, measure_cpu: bool = False, pool: str = "prefork") -> dict[str, Any]:
     """One lane: this process the caller, one worker of ``pool``."""
-    with _recorded(runs, runs) as (env, _):
+    with _recorded(runs, runs) as env:
         os.environ.update({k: env[k] for k in (DSN_ENV, TEMPLATE_ENV, LANE_RUNS_ENV)})
         caller = Caller(range(runs))
         try:
@@ -238,7 +235,7 @@ def run_lanes(runs: int, lanes_: int) -> dict[str, Any]:
     if runs % lanes_:
         raise ValueError(f"{runs} runs do not share evenly among {lanes_} lanes")
     share = runs // lanes_
-    with _recorded(runs, share) as (env, _):
+    with _recorded(runs, share) as env:
         workers = [
             start_worker("bench.w1_record_floor", env, QUEUE, ["--pool", "solo"])
             for _ in range(lanes_)
