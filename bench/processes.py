@@ -197,10 +197,12 @@ def floor_app(name: str, queue: str, *, task_events: bool | None = None) -> Cele
 
 
 def publish(task: Any, *args: Any) -> None:
-    """``task(*args)`` published as interlude publishes its steps on Redis (the bench's broker):
-    no declaration of the queue first, the arguments' text given (``worker.engine.dispatch``),
-    so that a floor pays no more for its hop than interlude does."""
-    task.apply_async(args, declare=[], argsrepr=repr(list(args)))
+    """``task(*args)`` published as interlude publishes its steps: the queue declared only where
+    the broker needs it, the arguments' text given (``worker.engine.dispatch``), so that a
+    floor pays no more for its hop than interlude does."""
+    from worker.engine.dispatch import declaring
+
+    task.apply_async(args, argsrepr=repr(list(args)), **declaring(task.app))
 
 
 def wait_for_count(

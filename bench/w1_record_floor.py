@@ -78,11 +78,11 @@ CALLER_ENV = "BENCH_RECORD_CALLER"  # a lane's caller builds its own runs' state
 MISMATCH = "record_floor:mismatch"
 
 
-def send(conn: psycopg.Connection[Any], statements: list[tuple[Recorded, list[Any]]]) -> None:
+def send(cursor: psycopg.RawCursor[Any], statements: list[tuple[Recorded, list[Any]]]) -> None:
     """One phase of one run, as interlude's driver sends it: each statement its own
-    transaction, prepared; the rows read where the driver reads them. A statement that touches
-    other than the rows it touched when recorded is counted (``MISMATCH``)."""
-    cursor = _cursor(conn)
+    transaction, prepared, on a cursor kept for its connection (as ``models.driver`` keeps
+    its); the rows read where the driver reads them. A statement that touches other than the
+    rows it touched when recorded is counted (``MISMATCH``)."""
     for recorded, values in statements:
         cursor.execute(recorded.sql, values, prepare=True)
         if recorded.returns_rows:
@@ -91,24 +91,13 @@ def send(conn: psycopg.Connection[Any], statements: list[tuple[Recorded, list[An
             _counter.incr(MISMATCH)
 
 
-_cursors: dict[int, psycopg.RawCursor[Any]] = {}
-
-
-def _cursor(conn: psycopg.Connection[Any]) -> psycopg.RawCursor[Any]:
-    """One cursor per connection, kept (as ``models.driver`` keeps its)."""
-    found = _cursors.get(id(conn))
-    if found is None:
-        found = _cursors[id(conn)] = psycopg.RawCursor(conn)
-    return found
-
-
 def _connect(dsn: str) -> psycopg.Connection[Any]:
     return psycopg.connect(dsn, autocommit=True, options="-c TimeZone=UTC")
 
 
 app = floor_app("record_floor", QUEUE)
 _counter = counter()
-_connection: psycopg.Connection[Any] | None = None
+_cursor: psycopg.RawCursor[Any] | None = None  # the worker's, on its one connection
 _plans: dict[str, list[list[tuple[Recorded, list[Any]]]]] = {}
 
 
@@ -138,10 +127,10 @@ def _done_key(phase: str, run: int) -> str:
 
 @app.task(name="record_floor.step")  # type: ignore[untyped-decorator]
 def step(run: int, phase: str) -> None:
-    global _connection
-    if _connection is None:  # opened at the first task and kept, as a solo worker keeps its
-        _connection = _connect(os.environ[DSN_ENV])
-    send(_connection, _plans[phase][run])
+    global _cursor
+    if _cursor is None:  # connected at the first task and kept, as a solo worker keeps its
+        _cursor = psycopg.RawCursor(_connect(os.environ[DSN_ENV]))
+    send(_cursor, _plans[phase][run])
     _counter.incr(_done_key(phase, run))
 
 
@@ -154,13 +143,14 @@ class Caller:
         self.numbers = numbers
         self.plans = plans(template, tokens, numbers, CALLER_PHASES, recorded_at)
         self.conn = _connect(os.environ[DSN_ENV])
+        self.cursor = psycopg.RawCursor(self.conn)
 
     def enqueue(self, i: int) -> None:
-        send(self.conn, self.plans["enqueue"][i])
+        send(self.cursor, self.plans["enqueue"][i])
         publish(step, self.numbers[i], "first")
 
     def resume(self, i: int) -> None:
-        send(self.conn, self.plans["resume"][i])
+        send(self.cursor, self.plans["resume"][i])
         publish(step, self.numbers[i], "second")
 
     def wait_for(self, phase: str, runs: int) -> None:

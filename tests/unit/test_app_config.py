@@ -158,8 +158,8 @@ def test_a_publish_declares_its_queue_where_the_broker_needs_it(
     monkeypatch.setenv("INTERLUDE_BROKER_URL", url)
     other = create_app(Settings())
     app.set_current()
-    assert dispatch._declaring(other) == ({} if declares else {"declare": []})
+    assert dispatch.declaring(other) == ({} if declares else {"declare": []})
     # ...and an app pointed at the other broker later decides again (the tests do that)
     other.conf.broker_url = "redis://127.0.0.1:6379/1" if declares else "amqp://127.0.0.1//"
     other._pool = other.amqp._producer_pool = None
-    assert dispatch._declaring(other) == ({"declare": []} if declares else {})
+    assert dispatch.declaring(other) == ({"declare": []} if declares else {})

@@ -80,11 +80,11 @@ def celery_publisher(
         countdown=countdown,
         kwargsrepr=label,
         headers={FLOW_HEADER: flow},
-        **_declaring(app),
+        **declaring(app),
     )
 
 
-def _declaring(app: Any) -> dict[str, Any]:
+def declaring(app: Any) -> dict[str, Any]:
     """Celery's options for a publish's queue declaration, on the broker ``app`` publishes to.
 
     Celery declares the task's queue before every publish, and kombu binds a copy of the
@@ -124,7 +124,7 @@ def celery_notice_publisher(notice: Notice, *, countdown: float | None) -> None:
         kwargs=notice.as_kwargs(),
         queue=QUEUE_NOTIFY,
         countdown=countdown,
-        **_declaring(app),
+        **declaring(app),
     )
 
 
