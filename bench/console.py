@@ -55,7 +55,7 @@ def fill(url: str, count: int) -> list[str]:
 
     from models.db import get_engine, utcnow
     from models.migrate import upgrade
-    from models.runs import new_id
+    from models.storable import new_id
     from models.tables import Checkpoint, Run
     from worker import enqueue_run
     from worker.testing import recording

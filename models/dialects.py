@@ -143,7 +143,7 @@ class Dialect:
     # A connection's options for ``transaction(autocommit=True)`` and read-only transactions:
     # each statement commits on its own, saving the BEGIN and COMMIT round trips.
     autocommit_options: dict[str, Any] = {"isolation_level": "AUTOCOMMIT"}
-    # Whether a claim can be one data-modifying statement (``models.runs.claim_at_once``).
+    # Whether a claim can be one data-modifying statement (``models.claims.claim_at_once``).
     claims_in_one_statement = True
     # Whether ``transaction(autocommit=True)`` runs on a bare connection (``models.scope``).
     autocommits_without_session = True

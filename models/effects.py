@@ -16,11 +16,12 @@ from sqlalchemy.orm import Session
 from sqlalchemy.sql import FromClause
 from sqlalchemy.sql.dml import UpdateBase
 
+from models.claims import assert_owner
 from models.db import dialect, utcnow
 from models.dialects import Dialect
 from models.enums import EffectStatus, RunState
 from models.errors import FencedError
-from models.runs import RUNS, assert_owner
+from models.runs import RUNS
 from models.scope import Scope
 from models.statements import Write, named, only_if, param, row_values
 from models.tables import Effect

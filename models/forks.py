@@ -16,7 +16,8 @@ from sqlalchemy.orm import Session
 
 from models.db import utcnow
 from models.enums import EffectStatus, EventKind, RunState
-from models.runs import new_id, record_event
+from models.events import record_event
+from models.storable import new_id
 from models.tables import Checkpoint, Effect, Run
 
 

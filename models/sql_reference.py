@@ -30,7 +30,12 @@ from models.statements import ALONE, STATEMENTS, Statement, Write
 # The modules that register the engine's statements (a test checks that none is missing).
 STORES = (
     "models.runs",
+    "models.events",
+    "models.checkpoints",
+    "models.claims",
+    "models.recovery",
     "models.interrupts",
+    "models.attempts",
     "models.effects",
     "models.actors",
     "models.fencing",

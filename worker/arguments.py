@@ -13,8 +13,8 @@ import reprlib
 from datetime import UTC, date, datetime
 
 from models.errors import InvalidInputError
-from models.runs import storable_text
 from models.settings import LARGEST_COUNT
+from models.storable import storable_text
 
 # The most rows one listing returns or one batch takes: the bound INTERLUDE_SWEEP_BATCH has.
 # Above the command's --limit (which asks for one row more, to tell whether there are more).

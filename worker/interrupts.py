@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import TypeVar
 
+from models import attempts as attempt_store
 from models import interrupts as interrupt_store
 from models import notifications as notification_store
 from models.contracts import InterruptView, NotificationView, ResumeAttemptView
@@ -139,7 +140,7 @@ def list_resume_attempts(
     before = arguments.optional_count("before", before, arguments.MAX_ROW_ID)
     wanted = _member(ResumeOutcome, outcome, "outcome").value if outcome is not None else None
     with transaction(readonly=True) as session:
-        rows = interrupt_store.list_attempts(
+        rows = attempt_store.list_attempts(
             session,
             interrupt_id=interrupt_id,
             run_id=run_id,
@@ -170,4 +171,4 @@ def count_resume_attempts(
     run_id = arguments.optional_text("run_id", run_id)
     interrupt_id = arguments.optional_text("interrupt_id", interrupt_id)
     with transaction(readonly=True) as session:
-        return interrupt_store.count_attempts(session, run_id=run_id, interrupt_id=interrupt_id)
+        return attempt_store.count_attempts(session, run_id=run_id, interrupt_id=interrupt_id)

@@ -9,6 +9,7 @@ from pydantic import ValidationError
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from models import checkpoints as checkpoint_store
 from models import forks as fork_store
 from models import interrupts as interrupt_store
 from models import mailbox, queries
@@ -33,7 +34,7 @@ from models.errors import (
 )
 from models.identity import actor_id_problem, normal_actor_id
 from models.redaction import redacted
-from models.runs import storable_text, unstorable_where
+from models.storable import storable_text, unstorable_where
 from models.tables import Actor
 from worker import arguments
 from worker.ask_groups import group_views
@@ -210,7 +211,7 @@ def _by_key(key: str, flow_name: str) -> str | None:
 def get_run(run_id: str) -> RunView:
     with transaction(readonly=True) as session:
         run = run_store.load_run(session, run_id)
-        checkpoint = run_store.latest_checkpoint(session, run)
+        checkpoint = checkpoint_store.latest_checkpoint(session, run)
         pending = interrupt_store.pending_of_run(session, run_id)
         groups = group_views(interrupt_store.group_asks(session, run_id, checkpoint.id))
         kept = [

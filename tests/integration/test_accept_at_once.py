@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import pytest
 from sqlalchemy import func, select, update
 
+from models import attempts as attempt_store
 from models import interrupts as interrupt_store
 from models.contracts import ResumeContract
 from models.db import get_engine, transaction, utcnow
@@ -60,14 +61,14 @@ class Decided:
                 self.interrupt,
                 self.run,
                 True,
-                given=interrupt_store.answerable_write(self.interrupt, self.actor),
+                given=attempt_store.answerable_write(self.interrupt, self.actor),
             )
 
 
 def _decided(waiting: Waiting) -> Decided:
     contract = ResumeContract.model_validate(contract_for(waiting.interrupt, "alice"))
     with transaction(readonly=True) as session:
-        found = interrupt_store.answer_context(
+        found = attempt_store.answer_context(
             session, "alice", contract.idempotency_key, contract.interrupt_id
         )
     assert found is not None

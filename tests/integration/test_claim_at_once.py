@@ -1,6 +1,6 @@
 """The common claim is one statement on PostgreSQL; anything less common takes the long way.
 
-``models.runs.claim_at_once`` claims a due run at a step of a flow version the worker has: its
+``models.claims.claim_at_once`` claims a due run at a step of a flow version the worker has: its
 compare-and-set, lease, epoch and events, and the run, checkpoint and answers it returns, in one
 data-modifying statement that is its own transaction. Whatever it does not match (a version to
 migrate, a run not due, a resuming run whose flow revalidates answers, a run already claimed)
@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 from sqlalchemy import select, update
 
+from models import claims as claim_store
 from models import runs as store
 from models.db import dialect, transaction, utcnow
 from models.enums import EventKind, RunState
@@ -28,7 +29,7 @@ from worker import enqueue_run
 from worker.engine.runtime import execute
 from worker.testing import TaskRecorder
 
-FIRST = store.ClaimableStep(
+FIRST = claim_store.ClaimableStep(
     flow="three_steps", version=1, step="first", lease_seconds=45.0, revalidates=False
 )
 
@@ -50,10 +51,10 @@ def _events(run_id: str) -> list[tuple[str, str | None, str | None, dict[str, ob
     return [tuple(row) for row in rows]  # type: ignore[misc]
 
 
-def _claim(run_id: str, steps: list[store.ClaimableStep]) -> store.ClaimedRun | None:
+def _claim(run_id: str, steps: list[claim_store.ClaimableStep]) -> claim_store.ClaimedRun | None:
     with transaction(autocommit=True) as session:
-        return store.claim_at_once(
-            session, run_id, owner="host:1", steps=store.ClaimableSteps(steps)
+        return claim_store.claim_at_once(
+            session, run_id, owner="host:1", steps=claim_store.ClaimableSteps(steps)
         )
 
 
@@ -108,9 +109,9 @@ def test_what_is_not_simple_is_left_untouched(pg: str, tasks: TaskRecorder, why:
     run_id = enqueue_run("three_steps", {"n": 1})
     steps = [FIRST]
     if why == "other version":
-        steps = [store.ClaimableStep("three_steps", 2, "first", 30.0, False)]
+        steps = [claim_store.ClaimableStep("three_steps", 2, "first", 30.0, False)]
     elif why == "other step":
-        steps = [store.ClaimableStep("three_steps", 1, "second", 30.0, False)]
+        steps = [claim_store.ClaimableStep("three_steps", 1, "second", 30.0, False)]
     elif why == "not due":
         with transaction() as session:
             later = utcnow() + timedelta(minutes=5)
@@ -135,7 +136,7 @@ def test_a_resuming_run_of_a_flow_that_revalidates_takes_the_long_way(
     with transaction() as session:
         session.execute(update(Run).where(Run.id == run_id).values(state="resuming"))
     # When its flow checks answers again in the worker, Then the statement leaves it alone...
-    revalidating = store.ClaimableStep("three_steps", 1, "first", 30.0, True)
+    revalidating = claim_store.ClaimableStep("three_steps", 1, "first", 30.0, True)
     assert _claim(run_id, [revalidating]) is None
     # ...and when it does not, the run is claimed, from resuming
     claimed = _claim(run_id, [FIRST])

@@ -18,10 +18,11 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError, IntegrityError
 
 from models import runs as store
+from models.checkpoints import CHECKPOINTS
 from models.db import dialect, get_engine, once_more_if_disconnected, transaction, utcnow
 from models.driver import _CURSOR, DriverResult, DriverStatement, NotForDriver
 from models.enums import RunState
-from models.runs import CHECKPOINTS, RUNS
+from models.runs import RUNS
 from models.statements import Registry, Statement
 from tests.services import statements_sent
 from worker import enqueue_run

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from sqlalchemy import select
 
+from models import claims as claim_store
 from models import runs as run_store
 from models.db import transaction, utcnow
 from models.tables import Effect, Event
@@ -119,7 +120,7 @@ def _crashed_mid_effect(input: dict[str, Any]) -> str:
         run_id = run.id
     now = utcnow()
     with transaction() as session:
-        claimed = run_store.claim(session, run_id, owner="dead-worker", lease_seconds=0.01)
+        claimed = claim_store.claim(session, run_id, owner="dead-worker", lease_seconds=0.01)
         assert claimed is not None
         session.add(
             Effect(

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from sqlalchemy import func, select, update
 
+from models import attempts as attempt_store
 from models import interrupts as interrupt_store
 from models import runs as run_store
 from models.contracts import ResumeContract
@@ -305,7 +306,7 @@ def _accept_as_alice(session: Any, seen: Interrupt, run: Run) -> Any:
     """The gateway's write for alice's accepted resume of ``seen``: the run's move, the
     interrupt's resolution and the attempt, in one statement; the attempt's id or None."""
     resolve, _ = interrupt_store.transition_write(seen, "resolve", resolved_by="alice")
-    record = interrupt_store.attempt_write(
+    record = attempt_store.attempt_write(
         {"interrupt_id": seen.id, "outcome": "accepted", "reason": "approved by alice"}
     )
     return run_store.move_recorded(

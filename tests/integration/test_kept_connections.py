@@ -19,8 +19,8 @@ import pytest
 from sqlalchemy import event, text
 from sqlalchemy.exc import DBAPIError
 
+from models import events as event_store
 from models import kept
-from models import runs as store
 from models.db import get_engine, once_more_if_disconnected, transaction
 from models.enums import EventKind
 from models.queries import events_of
@@ -53,7 +53,7 @@ def _events(run_id: str) -> int:
 
 
 def _write_event(session: Any, run_id: str) -> None:
-    store.record_event(session, run_id, actor="t", kind=EventKind.PAUSE_REQUESTED, detail={})
+    event_store.record_event(session, run_id, actor="t", kind=EventKind.PAUSE_REQUESTED, detail={})
 
 
 def test_a_keeping_thread_uses_one_connection_and_hands_it_back_at_the_end(pg: str) -> None:

@@ -14,6 +14,9 @@ from typing import Any
 import pytest
 from sqlalchemy import func, select
 
+from models import checkpoints as checkpoint_store
+from models import claims as claim_store
+from models import events as event_store
 from models import runs as store
 from models.db import transaction, utcnow
 from models.effects import Outcome, outcome_writes
@@ -53,7 +56,7 @@ def _intent(run_id: str, *, epoch: int) -> Effect:
 
 def _write_event(session: Any, run_id: str) -> None:
     """One write: an audit event for ``run_id`` (on a session or an autocommit scope)."""
-    store.record_event(session, run_id, actor="t", kind=EventKind.PAUSE_REQUESTED, detail={})
+    event_store.record_event(session, run_id, actor="t", kind=EventKind.PAUSE_REQUESTED, detail={})
 
 
 def _load(run_id: str) -> Run:
@@ -68,7 +71,7 @@ def test_a_lost_compare_and_set_writes_none_of_its_rows(
     # Given a run claimed by a worker, and a copy of it as a stale owner saw it
     run_id = enqueue_run("three_steps", {"n": 1})
     with transaction() as session:
-        stale = store.claim(session, run_id, owner="w:1", lease_seconds=30)
+        stale = claim_store.claim(session, run_id, owner="w:1", lease_seconds=30)
     assert stale is not None
     with transaction() as session:  # an effect of the step, in intent
         session.add(_intent(run_id, epoch=stale.lease_epoch))
@@ -87,7 +90,7 @@ def test_a_lost_compare_and_set_writes_none_of_its_rows(
         )
     before = _counts(run_id)
     # When the stale owner commits its step: a checkpoint, events and an outcome ride along
-    checkpoint = store.new_checkpoint(
+    checkpoint = checkpoint_store.new_checkpoint(
         stale, step="a", next_step="b", state={}, budget_consumed=0.0, effects=[], epoch=1
     )
     outcome = Outcome(key="k", status=EffectStatus.APPLIED, receipt={"ok": True})
@@ -101,7 +104,7 @@ def test_a_lost_compare_and_set_writes_none_of_its_rows(
             fence_epoch=stale.lease_epoch if fenced else None,
             facts=[(EventKind.STEP_REEXECUTED, {"count": 2})],
             writes=[
-                store.checkpoint_insert(session, checkpoint),
+                checkpoint_store.checkpoint_insert(session, checkpoint),
                 *outcome_writes(run_id=run_id, epoch=stale.lease_epoch, outcomes=[outcome]),
             ],
             checkpoint_seq=checkpoint.seq,
@@ -119,10 +122,10 @@ def test_a_won_compare_and_set_writes_all_of_its_rows_in_one_statement(
     # Given a claimed run
     run_id = enqueue_run("three_steps", {"n": 1})
     with transaction() as session:
-        run = store.claim(session, run_id, owner="w:1", lease_seconds=30)
+        run = claim_store.claim(session, run_id, owner="w:1", lease_seconds=30)
     assert run is not None
     events, checkpoints = _counts(run_id)
-    checkpoint = store.new_checkpoint(
+    checkpoint = checkpoint_store.new_checkpoint(
         run, step="a", next_step="b", state={"y": 2}, budget_consumed=0.0, effects=[], epoch=1
     )
     # When its step commits as one autocommit transaction
@@ -134,7 +137,7 @@ def test_a_won_compare_and_set_writes_all_of_its_rows_in_one_statement(
             actor="w:1",
             fence_epoch=run.lease_epoch,
             facts=[(EventKind.STEP_REEXECUTED, {"count": 2})],
-            writes=[store.checkpoint_insert(session, checkpoint)],
+            writes=[checkpoint_store.checkpoint_insert(session, checkpoint)],
             checkpoint_seq=checkpoint.seq,
             next_step="b",
             lease_owner=None,

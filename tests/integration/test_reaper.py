@@ -8,6 +8,7 @@ from typing import Any
 
 from sqlalchemy import select, update
 
+from models import claims as claim_store
 from models import runs as run_store
 from models.db import transaction, utcnow
 from models.settings import get_settings
@@ -52,7 +53,7 @@ def _claimed_by_dead_worker(lost_leases: int = 0) -> str:
     """A run claimed by a worker that died: running, lease already expired."""
     run_id = _queued()
     with transaction() as session:
-        assert run_store.claim(session, run_id, owner="dead-worker", lease_seconds=0.01)
+        assert claim_store.claim(session, run_id, owner="dead-worker", lease_seconds=0.01)
         _set_fields(
             session,
             run_id,
@@ -120,7 +121,7 @@ def test_lease_lost_too_many_times_fails_the_run(db: str) -> None:
 def test_live_lease_is_left_alone(db: str) -> None:
     run_id = _queued()
     with transaction() as session:
-        assert run_store.claim(session, run_id, owner="busy-worker", lease_seconds=60)
+        assert claim_store.claim(session, run_id, owner="busy-worker", lease_seconds=60)
     assert reap() == 0
     assert _run_row(run_id).state == "running"
 
@@ -263,7 +264,7 @@ def test_a_run_whose_owner_died_is_requeued_only_for_that_owner(tasks: TaskRecor
     # Given a run held by a live lease of "host:41"
     run_id = _queued()
     with transaction() as session:
-        assert run_store.claim(session, run_id, owner="host:41", lease_seconds=300)
+        assert claim_store.claim(session, run_id, owner="host:41", lease_seconds=300)
     # When another owner is said to have died, nothing moves: a live lease is never cut short
     assert not requeue_lost(run_id, "host:42")
     assert get_run(run_id).state == "running"

@@ -13,9 +13,10 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from examples import procurement, records
-from models import runs as run_store
+from models import events as event_store
 from models.db import transaction, utcnow
 from models.enums import InterruptKind, ResumeOutcome, RunState
+from models.storable import new_id
 from models.tables import Interrupt, ResumeAttempt, Run
 from worker import ResumeContract, add_actor, enqueue_run, get_run, submit_resume
 from worker.ops import step_metrics
@@ -29,7 +30,7 @@ SLACK = 60.0
 def _run(session: Any, state: str) -> str:
     now = utcnow()
     run = Run(
-        id=run_store.new_id(),
+        id=new_id(),
         flow_name="stats_probe",
         flow_version=1,
         input={},
@@ -50,7 +51,7 @@ def _interrupt(
     created = utcnow() - timedelta(seconds=age)
     session.add(
         Interrupt(
-            id=run_store.new_id(),
+            id=new_id(),
             run_id=run_id,
             name=f"{kind}-{uuid.uuid4().hex[:6]}",
             kind=kind,
@@ -76,7 +77,7 @@ def _attempt(session: Any, run_id: str | None, outcome: str) -> None:
 
 
 def _event(session: Any, run_id: str, trigger: str, detail: dict[str, Any]) -> None:
-    run_store.record_event(session, run_id, actor="worker:test", kind=trigger, detail=detail)
+    event_store.record_event(session, run_id, actor="worker:test", kind=trigger, detail=detail)
 
 
 def test_figures_of_a_known_set_of_runs(db: str) -> None:

@@ -23,8 +23,8 @@ from models.errors import (
     FlowDefinitionError,
     InvalidToolCallError,
 )
-from models.runs import unstorable_where
 from models.settings import DEFAULT_LEASE_SECONDS
+from models.storable import unstorable_where
 from worker.engine.answer_binding import ResolvedInterrupt, mismatch
 from worker.engine.effects import perform
 from worker.flows.declarations import InterruptArgs, Suspend, declare

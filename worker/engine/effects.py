@@ -27,8 +27,8 @@ from models.db import transaction
 from models.effects import LedgerEntry, Outcome
 from models.enums import Decision, EffectStatus, EventKind, InterruptKind
 from models.errors import EffectError, FencedError, LeaseMarginError
-from models.runs import storable_copy, storable_text, unstorable_where
 from models.statements import Write
+from models.storable import storable_copy, storable_text, unstorable_where
 from worker.engine import fencing
 from worker.flows.declarations import Suspend, declare
 from worker.flows.flow import Flow

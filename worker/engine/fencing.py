@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Protocol
 
-from models import fencing, runs
+from models import claims, fencing
 from models.db import transaction, utcnow
 from models.effects import LedgerEntry
 from models.errors import FencedError, LeaseMarginError
@@ -92,7 +92,7 @@ def renew_for_call(session: Scope, ctx: LeaseHolder) -> Lease:
     """
     started, now = time.monotonic(), utcnow()
     expires_at = now + timedelta(seconds=ctx.lease_seconds)
-    if not runs.renew_lease(session, ctx.run_id, epoch=ctx.epoch, expires_at=expires_at):
+    if not claims.renew_lease(session, ctx.run_id, epoch=ctx.epoch, expires_at=expires_at):
         raise FencedError(run_id=ctx.run_id, epoch=ctx.epoch)
     return Lease(started + ctx.lease_seconds, margin_for(ctx.lease_seconds), expires_at)
 
@@ -102,7 +102,7 @@ def renewal_for_call(ctx: LeaseHolder) -> tuple[Lease, Write]:
     the intent is written only while the lease is the caller's, so it stands for the check."""
     started, now = time.monotonic(), utcnow()
     expires_at = now + timedelta(seconds=ctx.lease_seconds)
-    renewal = runs.lease_renewal(ctx.run_id, epoch=ctx.epoch, expires_at=expires_at)
+    renewal = claims.lease_renewal(ctx.run_id, epoch=ctx.epoch, expires_at=expires_at)
     return Lease(started + ctx.lease_seconds, margin_for(ctx.lease_seconds), expires_at), renewal
 
 

@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from models import runs
+from models import claims
 from models.db import transaction, utcnow
 from models.db_errors import describe, is_transient
 
@@ -82,7 +82,7 @@ class LeaseKeeper:
         expires_at = now + timedelta(seconds=held.seconds)
         try:
             with transaction(autocommit=True) as session:  # one compare-and-set
-                renewed = runs.renew_lease(
+                renewed = claims.renew_lease(
                     session, held.run_id, epoch=held.epoch, expires_at=expires_at
                 )
         except Exception as exc:

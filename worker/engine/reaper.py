@@ -20,6 +20,8 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
+from models import events as event_store
+from models import recovery as recovery_store
 from models import runs as run_store
 from models.db import transaction, utcnow
 from models.enums import EventKind, RunState
@@ -88,7 +90,7 @@ def _requeue_expired(now: datetime, batch: int, max_claims: int) -> _Batch:
     requeued: list[tuple[str, str, str | None]] = []
     failed = 0
     with transaction() as session:
-        expired, unreadable = run_store.expired_leases(session, now, batch)
+        expired, unreadable = recovery_store.expired_leases(session, now, batch)
         result.selected = len(expired) + len(unreadable)
         for run_id, why in unreadable.items():
             # Left as it is, for an operator: a run that cannot be read cannot be run either.
@@ -138,7 +140,7 @@ def requeue_lost(run_id: str, owner: str) -> bool:
     """
     now = utcnow()
     with transaction() as session:
-        run = run_store.held_by(session, run_id, owner)
+        run = recovery_store.held_by(session, run_id, owner)
         if run is None:
             return False  # it committed, or the reaper (or another pass) moved it first
         lost = run.lost_leases + 1
@@ -210,7 +212,7 @@ def _redispatch_unclaimed(now: datetime, batch: int, redispatch_after: float) ->
     due: list[dispatch.StepTask] = []
     result = _Batch()
     with transaction() as session:
-        unclaimed = run_store.unclaimed(
+        unclaimed = recovery_store.unclaimed(
             session,
             now=now,
             first_wait=redispatch_after,
@@ -220,11 +222,11 @@ def _redispatch_unclaimed(now: datetime, batch: int, redispatch_after: float) ->
         result.selected = len(unclaimed)
         for run_id, state, version, flow_name, step in unclaimed:
             # The conditional update elects one reaper per stale dispatch.
-            if run_store.mark_redispatched(
+            if recovery_store.mark_redispatched(
                 session, run_id, state_version=version, cutoff=cutoff, now=now
             ):
                 # Explains, in the run's timeline, a gap between its dispatch and its claim.
-                run_store.record_event(
+                event_store.record_event(
                     session,
                     run_id,
                     actor=ACTOR,
@@ -263,5 +265,5 @@ def _publish(
             extra={"action": "publish_deferred"},
         )
     with transaction() as session:
-        run_store.forget_dispatch(session, unsent, at=now)
+        recovery_store.forget_dispatch(session, unsent, at=now)
     return False

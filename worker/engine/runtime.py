@@ -20,7 +20,10 @@ from typing import Any
 
 from sqlalchemy.exc import DBAPIError
 
+from models import checkpoints as checkpoint_store
+from models import claims as claim_store
 from models import effects as effect_store
+from models import events as event_store
 from models import interrupts as interrupt_store
 from models import notifications as notification_store
 from models import runs as run_store
@@ -44,6 +47,7 @@ from models.errors import (
 )
 from models.settings import get_settings
 from models.statements import Write
+from models.storable import storable_copy, unstorable_where
 from models.tables import Checkpoint, Interrupt, Run
 from worker.engine import dispatch
 from worker.engine.answer_binding import ResolvedInterrupt
@@ -286,7 +290,7 @@ def _as_json_state(ctx: StepContext) -> dict[str, Any]:
         ) from None
     if not isinstance(state, dict):
         raise FlowDefinitionError(detail=f"step {ctx.step!r} replaced ctx.state with a non-dict")
-    where = run_store.unstorable_where(state)
+    where = unstorable_where(state)
     if where is not None:
         # PostgreSQL refuses it at the commit, outside the step: the run would sit in running
         # until the reaper, then fail as if its worker had died. SQLite keeps it; refused alike.
@@ -361,7 +365,7 @@ def _claim_at_once(run_id: str, owner: str, flow_name: str | None = None) -> Cla
     if steps is None:
         return None
     with transaction(autocommit=True) as session:
-        found = run_store.claim_at_once(session, run_id, owner=owner, steps=steps)
+        found = claim_store.claim_at_once(session, run_id, owner=owner, steps=steps)
         if found is None:
             return None
         # The ledger is read only when effects wait to be settled (as in ``_claim_run``).
@@ -380,10 +384,10 @@ class _Claimable:
     default lease): the steps it may claim, and the flows by version."""
 
     key: tuple[int, float]
-    steps: run_store.ClaimableSteps
+    steps: claim_store.ClaimableSteps
     flows: dict[tuple[str, int], Flow]
     # The steps of each flow name, every version this process has.
-    by_flow: dict[str, run_store.ClaimableSteps]
+    by_flow: dict[str, claim_store.ClaimableSteps]
 
 
 _claimable_cache: _Claimable | None = None
@@ -397,7 +401,7 @@ def _claimable() -> _Claimable:
         return cached
     generation, flows = registered_flows()
     every = [
-        run_store.ClaimableStep(
+        claim_store.ClaimableStep(
             flow=flow.name,
             version=flow.version,
             step=step.name,
@@ -408,13 +412,13 @@ def _claimable() -> _Claimable:
         for step in flow.steps.values()
     ]
     by_flow = {
-        name: run_store.ClaimableSteps([s for s in every if s.flow == name])
+        name: claim_store.ClaimableSteps([s for s in every if s.flow == name])
         for name in {s.flow for s in every}
     }
     by_version = {(flow.name, flow.version): flow for flow in flows}
     _claimable_cache = _Claimable(
         (generation, get_settings().lease_seconds),
-        run_store.ClaimableSteps(every),
+        claim_store.ClaimableSteps(every),
         by_version,
         by_flow,
     )
@@ -423,7 +427,7 @@ def _claimable() -> _Claimable:
 
 def _claim_run(run_id: str, owner: str, waiting: list[tuple[Flow, Interrupt]]) -> Claimed | None:
     with transaction() as session:
-        found = run_store.load_claimable(session, run_id)
+        found = claim_store.load_claimable(session, run_id)
         if found is None:
             return None
         run, checkpoint, answered = found.run, found.checkpoint, found.answered
@@ -440,7 +444,9 @@ def _claim_run(run_id: str, owner: str, waiting: list[tuple[Flow, Interrupt]]) -
         except (FlowVersionError, UnknownFlowError, UnknownStepError, FlowDefinitionError) as exc:
             # Fail closed: the run stays where it is and the operator sees why (once: the
             # reaper republishes the run until a worker that can continue it takes it).
-            run_store.record_refusal_once(session, run.id, actor=f"worker:{owner}", reason=str(exc))
+            event_store.record_refusal_once(
+                session, run.id, actor=f"worker:{owner}", reason=str(exc)
+            )
             log.error("cannot continue run: %s", exc, extra={"action": "refuse", "run_id": run_id})
             return None
         resuming = run.state == RunState.RESUMING.value
@@ -461,8 +467,10 @@ def _claim_run(run_id: str, owner: str, waiting: list[tuple[Flow, Interrupt]]) -
         executions = run.step_executions + 1
         if executions > 1:
             facts.append((EventKind.STEP_REEXECUTED, {"step": step.name, "executions": executions}))
-        writes = [run_store.checkpoint_insert(session, migrated)] if migrated is not None else []
-        claimed = run_store.claim(
+        writes = (
+            [checkpoint_store.checkpoint_insert(session, migrated)] if migrated is not None else []
+        )
+        claimed = claim_store.claim(
             session,
             run_id,
             owner=owner,
@@ -509,7 +517,7 @@ def _migrated(
         from_version=run.flow_version,
         to_version=flow.version,
     )
-    return run_store.new_checkpoint(
+    return checkpoint_store.new_checkpoint(
         run,
         step=None,
         next_step=run.next_step,
@@ -523,7 +531,7 @@ def _migrated(
 
 
 def _same_state(run: Run, checkpoint: Checkpoint) -> Checkpoint:
-    return run_store.new_checkpoint(
+    return checkpoint_store.new_checkpoint(
         run,
         step=None,
         next_step=run.next_step,
@@ -634,7 +642,7 @@ def _commit_suspend(
             )
     if ctx.remembered_more:
         # Kept with the checkpoint the answer binds to: the next execution reads them.
-        writes.append(run_store.remembered_write(ctx.checkpoint_id, ctx.remembered))
+        writes.append(checkpoint_store.remembered_write(ctx.checkpoint_id, ctx.remembered))
     first = decls[0]
     detail: dict[str, Any] = {"interrupt": first.name, "kind": first.kind}
     if first.ask_group is not None:
@@ -674,7 +682,7 @@ def _commit_advance(
 ) -> Ended:
     """Commit the step's checkpoint and move on; when chaining, claim the next step with it."""
     run, actor = claimed.run, f"worker:{owner}"
-    checkpoint = run_store.new_checkpoint(
+    checkpoint = checkpoint_store.new_checkpoint(
         run,
         step=ctx.step,
         next_step=next_step,
@@ -725,7 +733,7 @@ def _commit_advance(
                 actor=actor,
                 fence_epoch=ctx.epoch,
                 facts=_counted(ctx),
-                writes=[run_store.checkpoint_insert(session, checkpoint), *_outcomes(ctx)],
+                writes=[checkpoint_store.checkpoint_insert(session, checkpoint), *_outcomes(ctx)],
                 **fields,
             )
     except (FencedError, StaleStateError) as exc:
@@ -743,7 +751,7 @@ def _commit_advance(
 def _commit_failure(claimed: Claimed, ctx: StepContext, exc: Exception, owner: str) -> Ended:
     run, step, actor = claimed.run, claimed.step, f"worker:{owner}"
     # A message may repeat text no database stores (PostgreSQL would refuse the commit).
-    error = run_store.storable_copy(f"{type(exc).__name__}: {exc}")
+    error = storable_copy(f"{type(exc).__name__}: {exc}")
     attempts = run.step_attempts + 1
     retry = attempts <= step.retries and not isinstance(exc, PERMANENT_ERRORS)
     # The traceback goes with the event (``runs show --traceback``) and into the log line.

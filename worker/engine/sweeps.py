@@ -29,6 +29,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
+from models import events as event_store
 from models import interrupts as interrupt_store
 from models import runs as run_store
 from models.db import transaction, utcnow
@@ -292,7 +293,7 @@ def _apply(
     ``isolated``: in a savepoint of its own (else a failure rolls the whole batch back)."""
     if run is None or not _waits_on(run, interrupt):
         _close(session, interrupt)
-        run_store.record_event(
+        event_store.record_event(
             session,
             interrupt.run_id,
             actor=SYSTEM_ACTOR,
@@ -344,7 +345,7 @@ def _expire_ask(session: Session, interrupt: Interrupt, run: Run) -> None:
         )
         return
     _close(session, interrupt)
-    run_store.record_event(
+    event_store.record_event(
         session,
         run.id,
         actor=SYSTEM_ACTOR,
@@ -428,7 +429,7 @@ def _escalate(
     unheld = held.none_of(renewed.roles)
     if unheld:
         detail["note"] = UNHELD
-    event = run_store.events_insert(
+    event = event_store.events_insert(
         session, run.id, actor=SYSTEM_ACTOR, events=[(EventKind.ESCALATE, detail)]
     )
     if not interrupt_store.supersede(

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from models.runs import storable_copy
+from models.storable import storable_copy
 from worker.ops.runlog import safe_traceback
 
 # What an event keeps of one traceback: the innermost frames and the error, where the cause is.

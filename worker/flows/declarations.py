@@ -16,8 +16,8 @@ from models.canonical import NotCanonicalError, evidence_hash
 from models.contracts import InterruptDecl, json_copy
 from models.enums import ExpiryPolicy, InterruptKind
 from models.errors import FlowDefinitionError
-from models.runs import storable_text, unstorable_where
 from models.settings import LONGEST_SECONDS
+from models.storable import storable_text, unstorable_where
 from worker.flows.policies import checked_roles
 from worker.flows.schemas import json_schema_of, schema_id_of
 

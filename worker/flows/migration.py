@@ -29,6 +29,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
+from models import events as event_store
 from models import interrupts as interrupt_store
 from models import runs as run_store
 from models.canonical import EVIDENCE_CANON, evidence_hash
@@ -108,7 +109,7 @@ def deferred_revalidation(
         row.name in flow.revalidators for row in answered
     ):
         return []
-    accepted = run_store.last_event_detail(session, run.id, EventKind.ACCEPT_RESUME)
+    accepted = event_store.last_event_detail(session, run.id, EventKind.ACCEPT_RESUME)
     if not isinstance(accepted, dict) or accepted.get("revalidation") != DEFERRED:
         return []
     carries = plan(run, answered, dict(checkpoint.state or {}), flow)
@@ -183,7 +184,7 @@ def carry(
         )
         resolved.append(asked)
         events.append((EventKind.ANSWER_CARRIED, detail))
-    run_store.record_events(session, run.id, actor=actor, events=events)
+    event_store.record_events(session, run.id, actor=actor, events=events)
     return Carried(resolved, waiting)
 
 

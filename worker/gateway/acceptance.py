@@ -12,6 +12,8 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
+from models import attempts as attempt_store
+from models import events as event_store
 from models import interrupts as interrupt_store
 from models import runs as run_store
 from models.contracts import ResumeContract, ResumeResult
@@ -112,7 +114,7 @@ def release(
                 **({} if revalidated else {"revalidation": DEFERRED}),
             },
             writes=[resolve],
-            then=interrupt_store.attempt_write(values),
+            then=attempt_store.attempt_write(values),
             given=given,
             **fields,
         )
@@ -182,7 +184,7 @@ def _answer_in_group(
     ):
         raise LostRace("interrupt was resolved concurrently")
     given = group.answered + 1
-    run_store.record_event(
+    event_store.record_event(
         session,
         interrupt.run_id,
         actor=actor,
@@ -209,7 +211,7 @@ def close_group(run_id: str, checkpoint_id: str, group: str) -> None:
         with transaction() as session:
             closed = interrupt_store.close_group(session, run_id, checkpoint_id, group)
             if closed:
-                run_store.record_event(
+                event_store.record_event(
                     session,
                     run_id,
                     actor=interrupt_store.GROUP_ACTOR,

@@ -19,7 +19,7 @@ from models.enums import ActorKind
 from models.errors import ActorError, ActorExistsError, ActorNotFoundError
 from models.identity import CREDENTIAL_PREFIX, actor_id_problem, normal_actor_id
 from models.redaction import redact_text, redacted
-from models.runs import storable_text
+from models.storable import storable_text
 from models.tables import Actor
 from worker.arguments import shown
 

@@ -28,6 +28,7 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from models import actors as actor_store
+from models import attempts as attempt_store
 from models import interrupts as interrupt_store
 from models import links as store
 from models.canonical import json_hash as _json_hash
@@ -283,7 +284,7 @@ def link_page(token: str) -> LinkPage | None:
         row = interrupt_store.get(session, link.interrupt_id)
         if row is None:
             return None
-        used = interrupt_store.original_attempt(session, link.actor_id, key_of(link.id))
+        used = attempt_store.original_attempt(session, link.actor_id, key_of(link.id))
         actor = actor_store.get_actor(session, link.actor_id)
         interrupt = view(row)
     problem = None
@@ -418,7 +419,7 @@ def list_links(
         )
         found = []
         for link in rows:
-            used = interrupt_store.original_attempt(session, link.actor_id, key_of(link.id))
+            used = attempt_store.original_attempt(session, link.actor_id, key_of(link.id))
             if link.revoked_at is not None:
                 status = "revoked"
             elif used is not None:

@@ -6,7 +6,7 @@ gateway's transaction decides that with the actor and the interrupt locked from 
 read to its commit: four round trips (``BEGIN``, two reads, the acceptance) and the
 ``COMMIT``, and an ORM session. Here the same checks run on one read without a lock, and the
 acceptance (the run's move, its event, the interrupt resolved, the attempt) is one statement
-guarded on what they decided on (``models.interrupts.answerable_write``): it locks the
+guarded on what they decided on (``models.attempts.answerable_write``): it locks the
 interrupt if still pending and the actor if still as authenticated, as the transaction holds
 them, so a revoke or a second answer is ordered before it (and then it writes nothing) or
 after it, as before. The run's move is its compare-and-set on the version read.
@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from models import interrupts as interrupt_store
+from models import attempts as attempt_store
 from models.contracts import ResumeContract
 from models.db import autocommits_without_session, transaction
 from models.errors import RunNotFoundError
@@ -50,7 +50,7 @@ def accept_at_once(contract: ResumeContract, attempt: attempts.Attempt) -> Accep
         return None
     with transaction(autocommit=True) as scope:
         assert isinstance(scope, AutocommitScope)
-        found = interrupt_store.answer_context(
+        found = attempt_store.answer_context(
             scope,
             normal_actor_id(contract.actor.id),
             contract.idempotency_key,
@@ -88,7 +88,7 @@ def accept_at_once(contract: ResumeContract, attempt: attempts.Attempt) -> Accep
                 interrupt,
                 run,
                 revalidated=code is not None,
-                given=interrupt_store.answerable_write(interrupt, actor),
+                given=attempt_store.answerable_write(interrupt, actor),
             )
         except (LostRace, Refusal, RunNotFoundError):
             # Nothing was written (one statement): the transaction decides and records it.

@@ -17,7 +17,7 @@ from typing import Any, Protocol
 
 from sqlalchemy.orm import Session
 
-from models import interrupts as interrupt_store
+from models import attempts as attempt_store
 from models.canonical import json_hash
 from models.contracts import ResumeContract, ResumeResult
 from models.db import transaction
@@ -139,7 +139,7 @@ def record_in(
 ) -> ResumeResult:
     """Record the attempt in ``session``'s transaction (``record``: in a transaction of its own)."""
     values = attempt_values(attempt, outcome, reason, claim=claim)
-    attempt_id = interrupt_store.insert_attempt(session, **values)
+    attempt_id = attempt_store.insert_attempt(session, **values)
     return recorded(
         attempt,
         attempt_id,
@@ -219,7 +219,7 @@ def record_repeat(attempt: Attempt) -> ResumeResult:
     """After losing the race for the actor's key: answer from the attempt that won it."""
     with transaction() as session:
         original = (
-            interrupt_store.original_attempt(session, attempt.actor_id, attempt.key)
+            attempt_store.original_attempt(session, attempt.actor_id, attempt.key)
             if attempt.actor_id is not None and attempt.key is not None
             else None
         )

@@ -16,6 +16,7 @@ from typing import Literal
 
 from sqlalchemy.orm import Session
 
+from models import events as event_store
 from models import runs as run_store
 from models.db import transaction
 from models.enums import EventKind
@@ -137,9 +138,9 @@ def record_refusal(refusal: OperatorRefusedError, who: Claim) -> None:
     with transaction() as session:
         if run_store.find_run(session, run_id) is None:
             return
-        if run_store.count_events(session, run_id, EventKind.OPERATOR_REFUSED) >= MAX_REFUSALS:
+        if event_store.count_events(session, run_id, EventKind.OPERATOR_REFUSED) >= MAX_REFUSALS:
             return
-        run_store.record_event(
+        event_store.record_event(
             session,
             run_id,
             actor=who.label,

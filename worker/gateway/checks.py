@@ -13,8 +13,9 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 from sqlalchemy.orm import Session
 
+from models import checkpoints as checkpoint_store
+from models import events as event_store
 from models import interrupts as interrupt_store
-from models import runs as run_store
 from models.canonical import EVIDENCE_CANON, evidence_hash, same_json
 from models.contracts import ResumeContract, json_copy
 from models.db import utcnow
@@ -217,7 +218,7 @@ def revalidate(
     revalidator = flow.revalidators.get(interrupt.name)
     if revalidator is None:
         return None
-    checkpoint = run_store.get_checkpoint(session, interrupt.checkpoint_id)
+    checkpoint = checkpoint_store.get_checkpoint(session, interrupt.checkpoint_id)
     state = dict(checkpoint.state or {}) if checkpoint is not None else {}
     try:
         if migration is not None:
@@ -263,7 +264,7 @@ def _renew(
     """A new interrupt supersedes ``interrupt`` with ``changes``, the submitted input kept;
     the run's event goes with them."""
     renewed = interrupt_store.successor(interrupt, previous_input=submitted, **changes)
-    event = run_store.events_insert(
+    event = event_store.events_insert(
         session,
         run.id,
         actor="system:revalidation",

@@ -22,6 +22,8 @@ from typing import Any
 from pydantic import ValidationError
 from sqlalchemy.orm import Session
 
+from models import attempts as attempt_store
+from models import events as event_store
 from models import interrupts as interrupt_store
 from models import mailbox
 from models import runs as run_store
@@ -30,7 +32,7 @@ from models.db import transaction
 from models.enums import EventKind, InterruptKind, ResumeOutcome, RunState
 from models.errors import InterludeError
 from models.identity import normal_actor_id
-from models.runs import unstorable_where
+from models.storable import unstorable_where
 from models.tables import Interrupt, Run
 from statemachine import TERMINAL_STATES
 from worker.engine import dispatch
@@ -134,7 +136,7 @@ def _send(
         reason = f"event is malformed: {', '.join(problems)} missing or invalid"
         return attempts.record(attempt, ResumeOutcome.MALFORMED, reason, claim=False), None, None
     with transaction() as session:
-        row, original = interrupt_store.actor_and_original(
+        row, original = attempt_store.actor_and_original(
             session, normal_actor_id(sender), attempt.key or ""
         )
         actor = verified(row, attempt.credential)
@@ -236,7 +238,7 @@ def _decide(
 def _record_delivery(
     session: Session, run_id: str, asked: Interrupt, sender: str, arrived_at: datetime
 ) -> None:
-    run_store.record_event(
+    event_store.record_event(
         session,
         run_id,
         actor=sender,

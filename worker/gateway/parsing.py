@@ -11,7 +11,7 @@ from pydantic import ValidationError
 from pydantic_core import to_jsonable_python
 
 from models import json_codec
-from models import runs as run_store
+from models.storable import storable_copy
 
 MAX_ID = 200
 # A contract larger than this is malformed (it is not parsed at all).
@@ -63,7 +63,7 @@ def _repr(value: Any) -> str:
 def _storable(value: Any) -> Any:
     """``value`` with the text both databases refuse (NUL, lone surrogates) escaped."""
     if isinstance(value, str):
-        return run_store.storable_copy(value)
+        return storable_copy(value)
     if isinstance(value, list):
         return [_storable(item) for item in value]
     if isinstance(value, dict):

@@ -19,7 +19,7 @@ from pydantic import ValidationError
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from models import interrupts as interrupt_store
+from models import attempts as attempt_store
 from models import runs as run_store
 from models.contracts import ActorRef, ResumeContract, ResumeResult
 from models.db import transaction, utcnow
@@ -145,7 +145,7 @@ def _decide_once(contract: ResumeContract, attempt: attempts.Attempt) -> ResumeR
     with transaction() as session:
         # Checks 2 and 3 read in one round trip: the actor (held until commit, so that a revoke
         # is ordered after this decision) and the attempt that claimed this key, if any.
-        row, original = interrupt_store.actor_and_original(
+        row, original = attempt_store.actor_and_original(
             session, normal_actor_id(contract.actor.id), contract.idempotency_key
         )
         if attempt.proof is None:

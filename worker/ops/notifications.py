@@ -31,9 +31,9 @@ from enum import StrEnum
 
 from sqlalchemy.orm import Session
 
+from models import events as event_store
 from models import interrupts as interrupt_store
 from models import notifications as notification_store
-from models import runs as run_store
 from models.contracts import InterruptView
 from models.db import transaction, utcnow
 from models.enums import EventKind, InterruptStatus, NotificationStatus
@@ -201,7 +201,7 @@ def _finish(notice: Notice, status: NotificationStatus, *, error: str | None = N
 
 
 def _record_failure(session: Session, run_id: str, notice: Notice, error: str | None) -> None:
-    run_store.record_event(
+    event_store.record_event(
         session,
         run_id,
         actor=ACTOR,

@@ -40,7 +40,7 @@ from worker.present.ids import MIN_PREFIX
 from worker.web.visibility import flow_readers, readable_run
 
 MAX_PAGE = 200
-# Run ids are 32 hex digits (models.runs.new_id).
+# Run ids are 32 hex digits (models.storable.new_id).
 ID_LENGTH = 32
 
 
