@@ -40,7 +40,7 @@ NotCanonicalError = rfc8785.CanonicalizationError
 # The request form names a value's type by its module, and interlude's own modules moved when
 # worker/ was laid out in subpackages (issue 39): a type is named by the module it had then,
 # so that the request hash of an intent recorded before still compares equal. The modules split
-# out of worker.gateway.checks later name theirs as it did.
+# out of worker.gateway.checks and worker.engine.runtime later name theirs as it did.
 FORMER_MODULES = {
     "worker.cli.actor_commands": "worker.cli.actors",
     "worker.cli.bulk_commands": "worker.cli.bulk",
@@ -56,6 +56,8 @@ FORMER_MODULES = {
     "worker.cli.run_commands": "worker.cli.runs",
     "worker.engine.answer_binding": "worker.binding",
     "worker.engine.child_lost": "worker.child_lost",
+    "worker.engine.claiming": "worker.runtime",
+    "worker.engine.commits": "worker.runtime",
     "worker.engine.context": "worker.context",
     "worker.engine.dispatch": "worker.dispatch",
     "worker.engine.effects": "worker.effects",

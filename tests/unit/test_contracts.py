@@ -16,8 +16,8 @@ from models.contracts import InterruptView, ResumeContract, ResumeResult
 from models.enums import Decision, ExpiryPolicy, InterruptKind, ResumeOutcome
 from models.errors import AnswerUnreadableError, BudgetRejectedError, FlowDefinitionError
 from worker.engine.answer_binding import ResolvedInterrupt
+from worker.engine.commits import PERMANENT_ERRORS
 from worker.engine.context import StepContext
-from worker.engine.runtime import PERMANENT_ERRORS
 from worker.flows.declarations import Suspend, declare
 from worker.flows.flow import Flow
 from worker.flows.schemas import BudgetGrant, input_schema, json_schema_of, parse_schema_id

@@ -9,7 +9,7 @@ from celery.exceptions import Retry
 
 from models.errors import StepFailedError
 from worker.app import app
-from worker.engine.runtime import Failure
+from worker.engine.commits import Failure
 from worker.engine.tasknames import TASK_RESUME, TASK_STEP
 from worker.engine.tasks import MAX_TASK_ERROR, report
 

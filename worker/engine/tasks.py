@@ -33,8 +33,8 @@ from worker.ops import runlog, step_metrics, tracing
 from worker.ops.stats import serve_from_worker
 
 if TYPE_CHECKING:
+    from worker.engine.commits import Failure
     from worker.engine.dispatch import Notice
-    from worker.engine.runtime import Failure
     from worker.ops.notifications import Delivery
 
 # The error a failed task carries into Flower and the worker's log (the run keeps all of it).

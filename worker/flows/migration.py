@@ -1,7 +1,7 @@
 """Answers across a deployment: a run answered on a retired flow version goes on with a newer one.
 
 An accepted answer is bound to the interrupt it answered (name and input schema), not to the
-flow's code. When a run with answers migrates at claim (``worker.engine.runtime``), each answer is
+flow's code. When a run with answers migrates at claim (``worker.engine.claiming``), each answer is
 asked again on the new version, at the migration checkpoint, after the new version's
 revalidation of the interrupt (against the migrated state):
 
