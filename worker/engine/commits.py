@@ -48,7 +48,6 @@ log = logging.getLogger("worker.engine.runtime")
 log.addFilter(runlog.KeptTraceback())
 
 MAX_BACKOFF_SECONDS = 60.0
-# Errors that retrying the step cannot cure.
 # Failures that another attempt cannot fix: the step fails at once (an input error included).
 PERMANENT_ERRORS = (
     BudgetRejectedError,
