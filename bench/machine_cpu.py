@@ -4,7 +4,7 @@ Standard library only: the rivals' scripts import it (as ``machine_cpu``, from t
 folder) under a Python that has none of interlude's packages.
 
 - ``busy_seconds``: CPU seconds the machine has spent, all cores and every process (the kernel
-  included), from the first line of ``/proc/stat``. Read before and after a timed part, the
+  included; not the hypervisor's steal), from the first line of ``/proc/stat``. Read before and after a timed part, the
   difference is what that part cost the machine, whoever spent it: the caller, workers,
   PostgreSQL, Redis, or anything else running meanwhile (so measure on a quiet machine).
 - ``wait_for_go``: a measured process, once ready (imports done, graph compiled), says
@@ -23,8 +23,11 @@ import sys
 from typing import Any
 
 # /proc/stat's cpu line: user nice system idle iowait irq softirq steal guest guest_nice.
-# Busy is all but idle and iowait; guest time is already counted in user.
-_BUSY_FIELDS = (0, 1, 2, 5, 6, 7)
+# Busy is all but idle, iowait and steal; guest time is already counted in user. Steal is
+# time the hypervisor ran another machine while this one's cores had work: no process here
+# spent it (each process's own CPU time leaves it out too), and on a shared host it comes
+# and goes with the neighbours, so counting it made a run's CPU move with them.
+_BUSY_FIELDS = (0, 1, 2, 5, 6)
 READY = "ready"
 LANE_ENV = "BENCH_LANE"  # set (to anything) by the driver: wait for the start signal
 

@@ -109,12 +109,12 @@ def test_a_block_measured_gets_every_role_and_one_not_measured_nothing() -> None
     assert skipped == {}
 
 
-def test_the_machines_busy_ticks_leave_out_idle_and_iowait() -> None:
+def test_the_machines_busy_ticks_leave_out_idle_iowait_and_steal() -> None:
     # Given /proc/stat's all-cores line (user nice system idle iowait irq softirq steal guest
-    # guest_nice), When its busy ticks are read, Then idle and iowait are left out, guest time
-    # is not counted twice (it is inside user already).
-    text = "cpu  100 2 30 5000 70 4 5 1 9 0\ncpu0 50 1 15 2500 35 2 2 0 4 0\n"
-    assert parse_busy_ticks(text) == 100 + 2 + 30 + 4 + 5 + 1
+    # guest_nice), When its busy ticks are read, Then idle, iowait and the hypervisor's steal
+    # are left out, guest time is not counted twice (it is inside user already).
+    text = "cpu  100 2 30 5000 70 4 5 600 9 0\ncpu0 50 1 15 2500 35 2 2 300 4 0\n"
+    assert parse_busy_ticks(text) == 100 + 2 + 30 + 4 + 5
 
 
 def test_a_stat_without_the_all_cores_line_is_refused() -> None:
