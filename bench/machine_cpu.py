@@ -4,9 +4,10 @@ Standard library only: the rivals' scripts import it (as ``machine_cpu``, from t
 folder) under a Python that has none of interlude's packages.
 
 - ``busy_seconds``: CPU seconds the machine has spent, all cores and every process (the kernel
-  included; not the hypervisor's steal), from the first line of ``/proc/stat``. Read before and after a timed part, the
-  difference is what that part cost the machine, whoever spent it: the caller, workers,
-  PostgreSQL, Redis, or anything else running meanwhile (so measure on a quiet machine).
+  included; not the hypervisor's steal), from the first line of ``/proc/stat``. Read before
+  and after a timed part, the difference is what that part cost the machine, whoever spent
+  it: the caller, workers, PostgreSQL, Redis, or anything else running meanwhile (so measure
+  on a quiet machine).
 - ``wait_for_go``: a measured process, once ready (imports done, graph compiled), says
   ``ready`` on its stdout and waits for a line on its stdin; the driver (``bench.lanes``)
   starts every process's clock at once and reads the machine's CPU around the timed part only.
