@@ -35,9 +35,10 @@ from worker.flows.migration import carry, deferred_revalidation, migrated_state
 from worker.flows.migration import plan as migration_plan
 from worker.interrupts import notify, owed_writes
 
-# The step's log lines keep the logger they had before ``worker.engine.runtime`` was split:
-# logging configuration and JSON lines name it.
-log = logging.getLogger("worker.engine.runtime")
+# The step's log lines keep the logger they had before ``worker.engine.runtime`` was split
+# (claiming, running and committing a step): logging configuration and JSON lines name it.
+STEP_LOGGER = "worker.engine.runtime"
+log = logging.getLogger(STEP_LOGGER)
 
 # How long a claim waits for a database that is away (a restart) before its task gives up; the
 # reaper publishes the run again later.

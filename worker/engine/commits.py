@@ -33,7 +33,7 @@ from models.statements import Write
 from models.storable import storable_copy
 from models.tables import Interrupt
 from worker.engine import dispatch
-from worker.engine.claiming import Claimed, lease
+from worker.engine.claiming import STEP_LOGGER, Claimed, lease
 from worker.engine.context import StepContext
 from worker.engine.tracebacks import step_traceback
 from worker.gateway.events import deliver_kept
@@ -41,9 +41,7 @@ from worker.interrupts import notify, owed_writes
 from worker.ops import runlog
 from worker.ops.step_metrics import StepOutcome
 
-# The step's log lines keep the logger they had before ``worker.engine.runtime`` was split:
-# logging configuration and JSON lines name it.
-log = logging.getLogger("worker.engine.runtime")
+log = logging.getLogger(STEP_LOGGER)  # (claiming's: the step's log lines keep one logger)
 # A failed step's log line prints the traceback its run keeps (escaped, bounded).
 log.addFilter(runlog.KeptTraceback())
 
