@@ -37,13 +37,13 @@ from models.dialects import Dialect, count_write
 from models.enums import EffectStatus, EventKind, InterruptStatus, RunState
 from models.errors import FencedError, StaleStateError
 from models.events import EVENTS
+from models.interrupts import INTERRUPTS
 from models.runs import RUNS, move
 from models.scope import Scope
 from models.statements import Write, named, only_if
 from models.tables import Checkpoint, Effect, Interrupt, Run, column_keys, from_row, loaded
 from statemachine import CLAIMABLE
 
-INTERRUPTS: Table = Interrupt.__table__  # type: ignore[assignment]
 EFFECTS: Table = Effect.__table__  # type: ignore[assignment]
 
 
