@@ -344,7 +344,7 @@ def _move(
             session, move, [*events, *writes], then, given=given
         )
     if returned is None:
-        _raise_lost_race(session, run, fence_epoch)
+        raise_lost_race(session, run, fence_epoch)
     values["pause_requested_by"] = returned.pause_requested_by
     committed(run, values)
     return recorded
@@ -379,7 +379,9 @@ def RUN_MOVE(
     return only_if(stmt, guard).values(set_to).returning(RUNS.c.pause_requested_by)
 
 
-def _raise_lost_race(session: Scope, run: Run, fence_epoch: int | None) -> NoReturn:
+def raise_lost_race(session: Scope, run: Run, fence_epoch: int | None) -> NoReturn:
+    """Why ``run``'s compare-and-set matched nothing, as interlude's error (read from the run
+    as it is now)."""
     found = dialect(session).run(session, RUN_FOUND, (), {"run_id": run.id}).first()
     if found is None:
         raise RunNotFoundError(run_id=run.id)

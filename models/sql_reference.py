@@ -34,6 +34,7 @@ STORES = (
     "models.checkpoints",
     "models.claims",
     "models.recovery",
+    "models.endings",
     "models.interrupts",
     "models.attempts",
     "models.effects",

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from sqlalchemy import event, select, text
 
+from models import endings as ending_store
 from models.db import get_engine, transaction, utcnow
 from models.tables import Interrupt, Run
 from tests.integration.test_reaper_backlog import Clock
@@ -21,6 +22,7 @@ from worker import enqueue_run, get_run
 from worker.engine import sweeps
 from worker.engine.reaper import reap
 from worker.engine.sweeps import SweepReport, sweep_report
+from worker.runs import list_events
 from worker.testing import TaskRecorder, drain
 
 BATCH = 3
@@ -201,3 +203,80 @@ def test_a_batch_that_applies_cleanly_takes_no_savepoint_per_interrupt(
     assert sorted(get_run(run_id).state for run_id in runs) == ["cancelled"] + [
         "expired"
     ] * BATCH + ["waiting"]
+
+
+@pytest.fixture
+def ends_written(monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
+    """The runs of each ``end_runs`` the sweep makes, in order."""
+    calls: list[list[str]] = []
+    write = ending_store.end_runs
+
+    def recorded(session: Any, endings: Any, *, actor: str) -> None:
+        calls.append([ending.run.id for ending in endings])
+        write(session, endings, actor=actor)
+
+    monkeypatch.setattr(ending_store, "end_runs", recorded)
+    return calls
+
+
+def test_a_batch_ends_its_runs_in_one_write(
+    tasks: TaskRecorder, ends_written: list[list[str]]
+) -> None:
+    # Given a batch of runs due to expire and to be cancelled, and one to escalate between them
+    expiring = _waiting(2, policy="expire")
+    escalating = _waiting(1, policy="escalate")
+    cancelled = _waiting(1, policy="cancel")
+    # When a sweep runs
+    assert sweep_report(now=_later(), batch=10) == SweepReport(handled=4)
+    # Then the three ends were written together, after the escalation (one statement on
+    # PostgreSQL rather than one per run: issue 41's sweep of 1,000 due)
+    assert [sorted(runs) for runs in ends_written] == [sorted([*expiring, *cancelled])]
+    # And each run ended as a move of its own would have ended it: state, version, lease,
+    # error, one event of the system actor, and its interrupt expired
+    for run_id, state, trigger in [
+        *((r, "expired", "expire") for r in expiring),
+        (cancelled[0], "cancelled", "cancel"),
+    ]:
+        with transaction(readonly=True) as session:
+            run = session.get_one(Run, run_id)
+            (interrupt,) = session.scalars(select(Interrupt).where(Interrupt.run_id == run_id))
+        assert (run.state, run.state_version) == (state, 3)
+        assert (run.lease_owner, run.lease_expires_at) == (None, None)
+        assert run.finished_at == run.updated_at and run.finished_at is not None
+        assert run.error is not None and "'choose' passed its deadline" in run.error
+        last = list_events(run_id)[-1]
+        assert (last.trigger, last.actor, last.from_state, last.to_state) == (
+            trigger,
+            sweeps.SYSTEM_ACTOR,
+            "waiting",
+            state,
+        )
+        assert last.detail["name"] == "choose" and last.detail["policy"] == trigger
+        assert (interrupt.status, interrupt.resolved_by) == ("expired", sweeps.SYSTEM_ACTOR)
+        assert interrupt.resolved_at is not None
+        assert last.detail["interrupt_id"] == interrupt.id
+    assert get_run(escalating[0]).state == "waiting"
+
+
+def test_a_run_moved_under_a_batch_of_ends_is_handled_alone(
+    tasks: TaskRecorder, ends_written: list[list[str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given three runs due to expire, the second of which moves while the batch is written
+    runs = _waiting(3, policy="expire")
+    write = ending_store.end_runs
+
+    def raced(session: Any, endings: Any, *, actor: str) -> None:
+        if len(endings) > 1:  # (inside the batch's transaction: rolled back with it)
+            session.execute(
+                text("UPDATE runs SET state_version = state_version + 1 WHERE id = :id"),
+                {"id": runs[1]},
+            )
+        write(session, endings, actor=actor)
+
+    monkeypatch.setattr(ending_store, "end_runs", raced)
+    # When a sweep runs
+    assert sweep_report(now=_later(), batch=10) == SweepReport(handled=3)
+    # Then nothing of the batch's write stayed: it was applied again, each run alone
+    for run_id in runs:
+        assert get_run(run_id).state == "expired"
+        assert [e.trigger for e in list_events(run_id)].count("expire") == 1

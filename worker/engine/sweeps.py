@@ -12,7 +12,8 @@ all forward first (an operator runs it after the fix).
 On PostgreSQL a batch is locked with ``FOR UPDATE SKIP LOCKED``: concurrent sweepers take
 disjoint rows, and the gateway, which locks the same row before it accepts a resume, is
 serialised with them. On SQLite every write transaction begins IMMEDIATE, so a batch is read
-and applied under the single write lock. A batch is applied at once; if one of its
+and applied under the single write lock. A batch is applied at once, the runs it ends
+written together (``models.endings``: one statement on PostgreSQL); if one of its
 interrupts does not apply cleanly, it is applied again with each interrupt in its own
 savepoint, so one bad row does not stop its batch; a row that cannot even be read (SQLite
 keeps JSON as text that a hand edit can break) is put off like a failed one.
@@ -29,6 +30,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
+from models import endings as ending_store
 from models import events as event_store
 from models import interrupts as interrupt_store
 from models import runs as run_store
@@ -161,6 +163,32 @@ def _publish(resumes: list[dispatch.StepTask]) -> int:
     return len(unsent)
 
 
+class _Ends:
+    """The runs a batch ends (expired or cancelled), written together by one statement
+    (``ending_store.end_runs``) instead of one each: at the batch's end, or before anything
+    else touches one of those runs, since what it does depends on what they wrote."""
+
+    def __init__(self, session: Session) -> None:
+        self._session = session
+        self._endings: list[ending_store.Ending] = []
+        self._runs: set[str] = set()
+
+    def add(self, ending: ending_store.Ending) -> None:
+        self._endings.append(ending)
+        self._runs.add(ending.run.id)
+
+    def before(self, run_id: str) -> None:
+        """About to decide on an interrupt of ``run_id``: its run's end, if any, is written."""
+        if run_id in self._runs:
+            self.write()
+
+    def write(self) -> None:
+        endings, self._endings = self._endings, []
+        self._runs.clear()
+        if endings:
+            ending_store.end_runs(self._session, endings, actor=SYSTEM_ACTOR)
+
+
 class _HeldRoles:
     """The roles some active actor holds, read once by a batch that escalates, else never."""
 
@@ -204,6 +232,7 @@ def _sweep_batch_once(now: datetime, size: int, *, isolated: bool) -> _Batch:
             session, {interrupt.run_id for interrupt in due}
         )
         held = _HeldRoles(session)
+        ends = _Ends(session)
         for interrupt in due:
             # Read before anything can expire the row: the log lines below need them.
             interrupt_id, run_id, deadline = interrupt.id, interrupt.run_id, interrupt.deadline
@@ -220,14 +249,17 @@ def _sweep_batch_once(now: datetime, size: int, *, isolated: bool) -> _Batch:
                 continue
             if not isolated:
                 try:
-                    done = _apply(session, interrupt, run, now, held, isolated=False)
+                    ends.before(run_id)
+                    done = _apply(session, interrupt, run, now, held, ends, isolated=False)
                 except Exception as exc:
                     raise _Isolate from exc
                 _applied(result, done)
                 continue
             try:
                 with session.begin_nested():
-                    done = _apply(session, interrupt, run, now, held, isolated=True)
+                    alone = _Ends(session)  # (its end written in its own savepoint)
+                    done = _apply(session, interrupt, run, now, held, alone, isolated=True)
+                    alone.write()
             except _Resolved:
                 _forget(session, interrupt, run)
                 log.info(
@@ -261,6 +293,11 @@ def _sweep_batch_once(now: datetime, size: int, *, isolated: bool) -> _Batch:
                 result.failed += 1
             else:
                 _applied(result, done)
+        if not isolated:
+            try:
+                ends.write()
+            except Exception as exc:
+                raise _Isolate from exc
     return result
 
 
@@ -286,11 +323,13 @@ def _apply(
     run: Run | None,
     now: datetime,
     held: _HeldRoles,
+    ends: _Ends,
     *,
     isolated: bool,
 ) -> AfterCommit | None:
-    """Apply ``interrupt``'s policy; returns what to do after commit, if anything.
-    ``isolated``: in a savepoint of its own (else a failure rolls the whole batch back)."""
+    """Apply ``interrupt``'s policy; returns what to do after commit, if anything. A run it
+    ends is added to ``ends``, written later. ``isolated``: in a savepoint of its own (else a
+    failure rolls the whole batch back)."""
     if run is None or not _waits_on(run, interrupt):
         _close(session, interrupt)
         event_store.record_event(
@@ -311,15 +350,15 @@ def _apply(
         escalation = interrupt.escalation or {}
         if interrupt.escalation_level < int(escalation.get("max", 0)):
             return _escalate(session, interrupt, run, escalation, now, held)
-        _end(session, interrupt, run, EventKind.EXPIRE, note="escalation limit reached")
+        _end(ends, interrupt, run, EventKind.EXPIRE, note="escalation limit reached")
         return None
     if policy is ExpiryPolicy.DEFAULT:
-        return _default(session, interrupt, run, isolated=isolated)
+        return _default(session, interrupt, run, ends, isolated=isolated)
     if policy is ExpiryPolicy.EXPIRE and interrupt.ask_group is not None:
-        _expire_ask(session, interrupt, run)
+        _expire_ask(session, interrupt, run, ends)
         return None
     _end(
-        session,
+        ends,
         interrupt,
         run,
         EventKind.CANCEL if policy is ExpiryPolicy.CANCEL else EventKind.EXPIRE,
@@ -327,7 +366,7 @@ def _apply(
     return None
 
 
-def _expire_ask(session: Session, interrupt: Interrupt, run: Run) -> None:
+def _expire_ask(session: Session, interrupt: Interrupt, run: Run, ends: _Ends) -> None:
     """An ask of a group expires as not given: the run waits on while the group's need can
     still be met by the asks left open (``any``, k of n), and expires once it cannot (an
     ``all`` group at its first expired ask)."""
@@ -337,7 +376,7 @@ def _expire_ask(session: Session, interrupt: Interrupt, run: Run) -> None:
     need = int(interrupt.group_need or 1)
     if answered + still_open < need:
         _end(
-            session,
+            ends,
             interrupt,
             run,
             EventKind.EXPIRE,
@@ -371,7 +410,7 @@ def _close(session: Session, interrupt: Interrupt) -> None:
 
 
 def _end(
-    session: Session,
+    ends: _Ends,
     interrupt: Interrupt,
     run: Run,
     trigger: EventKind,
@@ -380,25 +419,16 @@ def _end(
 ) -> None:
     """The wait is over for good: the interrupt expires, the run expires or is cancelled.
 
-    One round trip: the interrupt's compare-and-set rides on the run's move, written only if
-    the run moved (as a step's commit carries its rows). It cannot miss once the run moved:
-    the batch holds the interrupt's row (``interrupt_store.due`` locks it on PostgreSQL;
-    SQLite has one writer), and whatever else closes a pending interrupt moves its run, or,
-    for an ask of a group, locks the run first as ``_expire_ask`` does."""
+    Written with the batch's other ends (``_Ends``): the interrupt's expiry rides on the run's
+    move, written only if the run moved (as a step's commit carries its rows). It cannot miss
+    once the run moved: the batch holds the interrupt's row (``interrupt_store.due`` locks it
+    on PostgreSQL; SQLite has one writer), and whatever else closes a pending interrupt moves
+    its run, or, for an ask of a group, locks the run first as ``_expire_ask`` does."""
     detail = _detail(interrupt)
     if note is not None:
         detail["note"] = note
-    close, values = interrupt_store.transition_write(interrupt, "expire", resolved_by=SYSTEM_ACTOR)
-    run_store.move(
-        session,
-        run,
-        trigger,
-        actor=SYSTEM_ACTOR,
-        detail=detail,
-        writes=[close],
-        error=f"interrupt {interrupt.name!r} passed its deadline ({note or interrupt.on_expiry})",
-    )
-    interrupt_store.moved(interrupt, values)
+    error = f"interrupt {interrupt.name!r} passed its deadline ({note or interrupt.on_expiry})"
+    ends.add(ending_store.Ending(run, interrupt, trigger, detail, error))
     _log(interrupt, trigger)
 
 
@@ -471,7 +501,7 @@ def _notifying(run: Run, interrupt: Interrupt) -> AfterCommit:
 
 
 def _default(
-    session: Session, interrupt: Interrupt, run: Run, *, isolated: bool
+    session: Session, interrupt: Interrupt, run: Run, ends: _Ends, *, isolated: bool
 ) -> AfterCommit | None:
     """Resume with the declared default input, through the gateway's own acceptance path.
     Outside a savepoint of its own, a lost race raises: the batch is applied again, isolated."""
@@ -500,7 +530,7 @@ def _default(
         return tell_notifiers
     if not result.accepted:
         # The refusal is recorded; the wait still has to end, so the run expires.
-        _end(session, interrupt, run, EventKind.EXPIRE, note=result.reason)
+        _end(ends, interrupt, run, EventKind.EXPIRE, note=result.reason)
         return None
     _log(interrupt, "default")
     if not done.released:
