@@ -145,8 +145,9 @@ class Dialect:
     autocommit_options: dict[str, Any] = {"isolation_level": "AUTOCOMMIT"}
     # Whether a claim can be one data-modifying statement (``models.claims.claim_at_once``).
     claims_in_one_statement = True
-    # Whether a sweep's ends of runs are one statement for many (``models.endings.end_runs``).
-    ends_in_one_statement = True
+    # Whether the runs a sweep ends and the interrupts it escalates are one statement for
+    # many (``models.endings``, ``models.successors``) rather than one each.
+    sweep_writes_at_once = True
     # Whether ``transaction(autocommit=True)`` runs on a bare connection (``models.scope``).
     autocommits_without_session = True
 
@@ -445,7 +446,7 @@ class SQLiteDialect(Dialect):
     autocommit_options: dict[str, Any] = {}
     # (No data-modifying CTEs; in-process, the claim's read and write cost no round trip.)
     claims_in_one_statement = False
-    ends_in_one_statement = False
+    sweep_writes_at_once = False
     autocommits_without_session = False  # its writes take the lock in BEGIN IMMEDIATE
 
     # In-process, SQLAlchemy's own execution is what there is to save little against.

@@ -3,10 +3,10 @@ interrupt it waited on expired, in one statement on PostgreSQL.
 
 A sweep expires or cancels most of the interrupts it finds due. Each such end is one run's
 move by compare-and-set, its event and its interrupt's compare-and-set: one statement, as a
-step's commit is. Sent one by one, a batch of a thousand ends waited on a thousand round
-trips, each paying the server's start-up of a statement that writes three tables, about five
-times what its rows cost. Sent as one statement (the ends travelling as one JSON parameter),
-the batch costs what its rows do (docs/explanation/performance.md, "Ends of a sweep in one
+step's commit is. Sent one by one, a batch of ends waited on a round trip each, each paying
+the server's start-up of a statement that writes three tables, several times what its rows
+cost. Sent as one statement (the ends travelling as one JSON parameter), the batch costs what
+its rows do (docs/explanation/performance.md, "A sweep's ends and escalations in one
 statement"). SQLite has no data-modifying CTEs and no round trips: it moves each run as
 ``models.runs.move`` does.
 """
@@ -62,7 +62,7 @@ def end_runs(session: Scope, endings: Sequence[Ending], *, actor: str) -> None:
     """
     if not endings:
         return
-    if not dialect(session).ends_in_one_statement:
+    if not dialect(session).sweep_writes_at_once:
         for ending in endings:
             close, values = transition_write(ending.interrupt, EXPIRE, resolved_by=actor)
             move(

@@ -102,22 +102,35 @@ def NOTIFICATION_OWE_SUCCESSOR(d: Dialect, prefix: str, guard: FromClause | None
     """Owe the notifiers of a superseded interrupt news of its successor, one row each,
     riding along the supersede (``successor_write``: escalations and renewed reviews)."""
     n = NOTIFICATIONS.c
-    rows = select(
+    rows = successor_rows(
         bindparam(prefix + "new_id", type_=n.interrupt_id.type),
+        bindparam(prefix + "old_id", type_=n.interrupt_id.type),
+        at=bindparam(prefix + "new_at", type_=n.created_at.type),
+        due_at=bindparam(prefix + "new_due_at", type_=n.due_at.type),
+    )
+    if guard is not None:
+        rows = rows.select_from(NOTIFICATIONS.join(guard, true()))
+    return insert(NOTIFICATIONS).from_select(list(COLUMNS), rows)
+
+
+def successor_rows(new_id: Any, old_id: Any, *, at: Any, due_at: Any) -> Any:
+    """The rows (``COLUMNS``) owing news of interrupt ``new_id`` to each notifier owed news of
+    ``old_id``, which it supersedes: SQL expressions, for one interrupt or a join of many
+    (``models.successors``)."""
+    n = NOTIFICATIONS.c
+    return select(
+        new_id,
         n.notifier,
         n.run_id,
         n.flow_name,
         n.flow_version,
         literal(OWED, type_=n.status.type),
         literal(1, type_=Integer),
-        bindparam(prefix + "new_due_at", type_=n.due_at.type),
+        due_at,
         null(),
-        bindparam(prefix + "new_at", type_=n.created_at.type),
+        at,
         null(),
-    ).where(n.interrupt_id == bindparam(prefix + "old_id"))
-    if guard is not None:
-        rows = rows.select_from(NOTIFICATIONS.join(guard, true()))
-    return insert(NOTIFICATIONS).from_select(list(COLUMNS), rows)
+    ).where(n.interrupt_id == old_id)
 
 
 def overdue(session: Session, now: datetime, size: int) -> list[Overdue]:

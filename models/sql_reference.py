@@ -35,6 +35,7 @@ STORES = (
     "models.claims",
     "models.recovery",
     "models.endings",
+    "models.successors",
     "models.interrupts",
     "models.attempts",
     "models.effects",

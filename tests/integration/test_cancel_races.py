@@ -20,6 +20,7 @@ import pytest
 from sqlalchemy import text
 
 from models import interrupts as interrupt_store
+from models import successors as successor_store
 from models.db import transaction, utcnow
 from tests.flows.interrupts import scratch_redis
 from tests.resumes import contract_for, drain_pending
@@ -73,19 +74,23 @@ class Runner(threading.Thread):
 
 @pytest.fixture()
 def held_after_supersede(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Gate]]:
-    """``supersede`` in a thread named after one of the returned gates holds there, with the
-    old interrupt superseded and its successor inserted, before its transaction commits."""
+    """``supersede`` (a renewed review) or ``supersede_all`` (a sweep's escalations) in a
+    thread named after one of the returned gates holds there, with the old interrupt
+    superseded and its successor inserted, before its transaction commits."""
     gates: dict[str, Gate] = {}
-    real = interrupt_store.supersede
 
-    def supersede(*args: Any, **kwargs: Any) -> Any:
-        renewed = real(*args, **kwargs)
-        gate = gates.get(threading.current_thread().name)
-        if gate is not None:
-            gate.hold()
-        return renewed
+    def held(real: Any) -> Any:
+        def superseding(*args: Any, **kwargs: Any) -> Any:
+            done = real(*args, **kwargs)
+            gate = gates.get(threading.current_thread().name)
+            if gate is not None:
+                gate.hold()
+            return done
 
-    monkeypatch.setattr(interrupt_store, "supersede", supersede)
+        return superseding
+
+    monkeypatch.setattr(interrupt_store, "supersede", held(interrupt_store.supersede))
+    monkeypatch.setattr(successor_store, "supersede_all", held(successor_store.supersede_all))
     yield gates
 
 

@@ -14,6 +14,7 @@ import pytest
 from sqlalchemy import event, select, text
 
 from models import endings as ending_store
+from models import successors as successor_store
 from models.db import get_engine, transaction, utcnow
 from models.tables import Interrupt, Run
 from tests.integration.test_reaper_backlog import Clock
@@ -280,3 +281,54 @@ def test_a_run_moved_under_a_batch_of_ends_is_handled_alone(
     for run_id in runs:
         assert get_run(run_id).state == "expired"
         assert [e.trigger for e in list_events(run_id)].count("expire") == 1
+
+
+def test_a_batch_escalates_its_interrupts_in_one_write_each_successor_whole(
+    tasks: TaskRecorder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a batch of three interrupts due to escalate
+    runs = _waiting(3, policy="escalate")
+    written: list[int] = []
+    write = successor_store.supersede_all
+
+    def recorded(session: Any, successions: Any, *, actor: str) -> set[str]:
+        written.append(len(successions))
+        return write(session, successions, actor=actor)
+
+    monkeypatch.setattr(successor_store, "supersede_all", recorded)
+    # When a sweep runs
+    assert sweep_report(now=_later(), batch=10) == SweepReport(handled=3)
+    # Then the three successions were written together
+    assert written == [3]
+    # And each successor is its old interrupt but for what an escalation changes, column by
+    # column as stored (JSON's null stays JSON's null), as a succession written alone leaves it
+    changed = {"roles", "deadline", "escalation_level"}
+    own = {"id", "status", "supersedes", "created_at"}
+    resolution = {"superseded_by", "resolved_by", "resolved_at"}
+    same = [c for c in Interrupt.__table__.columns.keys() if c not in changed | own | resolution]  # noqa: SIM118
+    old, new = Interrupt.__table__.alias("o"), Interrupt.__table__.alias("n")
+    with transaction(readonly=True) as session:
+        rows = session.execute(
+            select(
+                old.c.run_id,
+                old.c.status,
+                old.c.superseded_by == new.c.id,
+                old.c.resolved_by,
+                new.c.status,
+                new.c.escalation_level - old.c.escalation_level,
+                new.c.roles,
+                *(old.c[c].is_not_distinct_from(new.c[c]) for c in same),
+                *(new.c[c].is_(None) for c in resolution),
+            ).select_from(old.join(new, new.c.supersedes == old.c.id))
+        ).all()
+    assert sorted(row[0] for row in rows) == sorted(runs)
+    for row in rows:
+        assert tuple(row[1:7]) == (
+            "superseded",
+            True,
+            sweeps.SYSTEM_ACTOR,
+            "pending",
+            1,
+            ["manager"],
+        )
+        assert all(row[7:]), dict(zip([*same, *resolution], row[7:], strict=True))

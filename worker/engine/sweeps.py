@@ -34,6 +34,7 @@ from models import endings as ending_store
 from models import events as event_store
 from models import interrupts as interrupt_store
 from models import runs as run_store
+from models import successors as successor_store
 from models.db import transaction, utcnow
 from models.enums import EventKind, ExpiryPolicy, RunState
 from models.errors import InterludeError
@@ -163,30 +164,43 @@ def _publish(resumes: list[dispatch.StepTask]) -> int:
     return len(unsent)
 
 
-class _Ends:
-    """The runs a batch ends (expired or cancelled), written together by one statement
-    (``ending_store.end_runs``) instead of one each: at the batch's end, or before anything
-    else touches one of those runs, since what it does depends on what they wrote."""
+class _Together:
+    """What a batch writes together rather than one by one: the runs it ends (expired or
+    cancelled, ``ending_store.end_runs``) and the interrupts it escalates
+    (``successor_store.supersede_all``), one statement each on PostgreSQL. Written at the
+    batch's end, or before anything else touches one of their runs, since what it does then
+    depends on what they wrote."""
 
     def __init__(self, session: Session) -> None:
         self._session = session
         self._endings: list[ending_store.Ending] = []
+        self._successions: list[successor_store.Succession] = []
         self._runs: set[str] = set()
 
-    def add(self, ending: ending_store.Ending) -> None:
+    def end(self, ending: ending_store.Ending) -> None:
         self._endings.append(ending)
         self._runs.add(ending.run.id)
 
+    def escalate(self, succession: successor_store.Succession) -> None:
+        self._successions.append(succession)
+        self._runs.add(succession.old.run_id)
+
     def before(self, run_id: str) -> None:
-        """About to decide on an interrupt of ``run_id``: its run's end, if any, is written."""
+        """About to decide on an interrupt of ``run_id``: what the batch holds of its run is
+        written first."""
         if run_id in self._runs:
             self.write()
 
     def write(self) -> None:
+        """Raises _Resolved when an escalated interrupt was no longer pending (the batch or
+        its savepoint must not commit), as a run that moved raises from ``end_runs``."""
         endings, self._endings = self._endings, []
+        successions, self._successions = self._successions, []
         self._runs.clear()
-        if endings:
-            ending_store.end_runs(self._session, endings, actor=SYSTEM_ACTOR)
+        ending_store.end_runs(self._session, endings, actor=SYSTEM_ACTOR)
+        done = successor_store.supersede_all(self._session, successions, actor=SYSTEM_ACTOR)
+        if len(done) != len(successions):
+            raise _Resolved
 
 
 class _HeldRoles:
@@ -232,7 +246,7 @@ def _sweep_batch_once(now: datetime, size: int, *, isolated: bool) -> _Batch:
             session, {interrupt.run_id for interrupt in due}
         )
         held = _HeldRoles(session)
-        ends = _Ends(session)
+        together = _Together(session)
         for interrupt in due:
             # Read before anything can expire the row: the log lines below need them.
             interrupt_id, run_id, deadline = interrupt.id, interrupt.run_id, interrupt.deadline
@@ -249,15 +263,15 @@ def _sweep_batch_once(now: datetime, size: int, *, isolated: bool) -> _Batch:
                 continue
             if not isolated:
                 try:
-                    ends.before(run_id)
-                    done = _apply(session, interrupt, run, now, held, ends, isolated=False)
+                    together.before(run_id)
+                    done = _apply(session, interrupt, run, now, held, together, isolated=False)
                 except Exception as exc:
                     raise _Isolate from exc
                 _applied(result, done)
                 continue
             try:
                 with session.begin_nested():
-                    alone = _Ends(session)  # (its end written in its own savepoint)
+                    alone = _Together(session)  # (written in its own savepoint)
                     done = _apply(session, interrupt, run, now, held, alone, isolated=True)
                     alone.write()
             except _Resolved:
@@ -295,7 +309,7 @@ def _sweep_batch_once(now: datetime, size: int, *, isolated: bool) -> _Batch:
                 _applied(result, done)
         if not isolated:
             try:
-                ends.write()
+                together.write()
             except Exception as exc:
                 raise _Isolate from exc
     return result
@@ -323,13 +337,13 @@ def _apply(
     run: Run | None,
     now: datetime,
     held: _HeldRoles,
-    ends: _Ends,
+    together: _Together,
     *,
     isolated: bool,
 ) -> AfterCommit | None:
     """Apply ``interrupt``'s policy; returns what to do after commit, if anything. A run it
-    ends is added to ``ends``, written later. ``isolated``: in a savepoint of its own (else a
-    failure rolls the whole batch back)."""
+    ends and an interrupt it escalates are added to ``together``, written later.
+    ``isolated``: in a savepoint of its own (else a failure rolls the whole batch back)."""
     if run is None or not _waits_on(run, interrupt):
         _close(session, interrupt)
         event_store.record_event(
@@ -349,16 +363,16 @@ def _apply(
     if policy is ExpiryPolicy.ESCALATE:
         escalation = interrupt.escalation or {}
         if interrupt.escalation_level < int(escalation.get("max", 0)):
-            return _escalate(session, interrupt, run, escalation, now, held)
-        _end(ends, interrupt, run, EventKind.EXPIRE, note="escalation limit reached")
+            return _escalate(together, interrupt, run, escalation, now, held)
+        _end(together, interrupt, run, EventKind.EXPIRE, note="escalation limit reached")
         return None
     if policy is ExpiryPolicy.DEFAULT:
-        return _default(session, interrupt, run, ends, isolated=isolated)
+        return _default(session, interrupt, run, together, isolated=isolated)
     if policy is ExpiryPolicy.EXPIRE and interrupt.ask_group is not None:
-        _expire_ask(session, interrupt, run, ends)
+        _expire_ask(session, interrupt, run, together)
         return None
     _end(
-        ends,
+        together,
         interrupt,
         run,
         EventKind.CANCEL if policy is ExpiryPolicy.CANCEL else EventKind.EXPIRE,
@@ -366,7 +380,7 @@ def _apply(
     return None
 
 
-def _expire_ask(session: Session, interrupt: Interrupt, run: Run, ends: _Ends) -> None:
+def _expire_ask(session: Session, interrupt: Interrupt, run: Run, together: _Together) -> None:
     """An ask of a group expires as not given: the run waits on while the group's need can
     still be met by the asks left open (``any``, k of n), and expires once it cannot (an
     ``all`` group at its first expired ask)."""
@@ -376,7 +390,7 @@ def _expire_ask(session: Session, interrupt: Interrupt, run: Run, ends: _Ends) -
     need = int(interrupt.group_need or 1)
     if answered + still_open < need:
         _end(
-            ends,
+            together,
             interrupt,
             run,
             EventKind.EXPIRE,
@@ -410,7 +424,7 @@ def _close(session: Session, interrupt: Interrupt) -> None:
 
 
 def _end(
-    ends: _Ends,
+    together: _Together,
     interrupt: Interrupt,
     run: Run,
     trigger: EventKind,
@@ -419,21 +433,21 @@ def _end(
 ) -> None:
     """The wait is over for good: the interrupt expires, the run expires or is cancelled.
 
-    Written with the batch's other ends (``_Ends``): the interrupt's expiry rides on the run's
-    move, written only if the run moved (as a step's commit carries its rows). It cannot miss
-    once the run moved: the batch holds the interrupt's row (``interrupt_store.due`` locks it
-    on PostgreSQL; SQLite has one writer), and whatever else closes a pending interrupt moves
-    its run, or, for an ask of a group, locks the run first as ``_expire_ask`` does."""
+    Written with the batch's other ends (``_Together``): the interrupt's expiry rides on the
+    run's move, written only if the run moved (as a step's commit carries its rows). It cannot
+    miss once the run moved: the batch holds the interrupt's row (``interrupt_store.due`` locks
+    it on PostgreSQL; SQLite has one writer), and whatever else closes a pending interrupt
+    moves its run, or, for an ask of a group, locks the run first as ``_expire_ask`` does."""
     detail = _detail(interrupt)
     if note is not None:
         detail["note"] = note
     error = f"interrupt {interrupt.name!r} passed its deadline ({note or interrupt.on_expiry})"
-    ends.add(ending_store.Ending(run, interrupt, trigger, detail, error))
+    together.end(ending_store.Ending(run, interrupt, trigger, detail, error))
     _log(interrupt, trigger)
 
 
 def _escalate(
-    session: Session,
+    together: _Together,
     interrupt: Interrupt,
     run: Run,
     escalation: dict[str, Any],
@@ -441,7 +455,7 @@ def _escalate(
     held: _HeldRoles,
 ) -> AfterCommit:
     """A new pending interrupt for the escalation roles supersedes the old one; the run's
-    event goes with them."""
+    event goes with them, written with the batch's other escalations (``_Together``)."""
     renewed = interrupt_store.successor(
         interrupt,
         roles=list(escalation["roles"]),
@@ -459,13 +473,7 @@ def _escalate(
     unheld = held.none_of(renewed.roles)
     if unheld:
         detail["note"] = UNHELD
-    event = event_store.events_insert(
-        session, run.id, actor=SYSTEM_ACTOR, events=[(EventKind.ESCALATE, detail)]
-    )
-    if not interrupt_store.supersede(
-        session, interrupt, renewed, resolved_by=SYSTEM_ACTOR, writes=event
-    ):
-        raise _Resolved
+    together.escalate(successor_store.Succession(interrupt, renewed, detail))
     if unheld:
         log.warning(
             "interrupt %s escalated to roles %s (as interrupt %s): %s",
@@ -501,7 +509,7 @@ def _notifying(run: Run, interrupt: Interrupt) -> AfterCommit:
 
 
 def _default(
-    session: Session, interrupt: Interrupt, run: Run, ends: _Ends, *, isolated: bool
+    session: Session, interrupt: Interrupt, run: Run, together: _Together, *, isolated: bool
 ) -> AfterCommit | None:
     """Resume with the declared default input, through the gateway's own acceptance path.
     Outside a savepoint of its own, a lost race raises: the batch is applied again, isolated."""
@@ -530,7 +538,7 @@ def _default(
         return tell_notifiers
     if not result.accepted:
         # The refusal is recorded; the wait still has to end, so the run expires.
-        _end(ends, interrupt, run, EventKind.EXPIRE, note=result.reason)
+        _end(together, interrupt, run, EventKind.EXPIRE, note=result.reason)
         return None
     _log(interrupt, "default")
     if not done.released:
