@@ -19,7 +19,6 @@ from sqlalchemy import (
     bindparam,
     column,
     exists,
-    insert,
     literal,
     null,
     or_,
@@ -36,7 +35,7 @@ from models.db import dialect, utcnow
 from models.dialects import Dialect, count_write
 from models.enums import EffectStatus, EventKind, InterruptStatus, RunState
 from models.errors import FencedError, StaleStateError
-from models.events import EVENTS
+from models.events import events_selected
 from models.interrupts import INTERRUPTS
 from models.runs import RUNS, move
 from models.scope import Scope
@@ -230,8 +229,7 @@ def RUN_CLAIM_AT_ONCE(d: Dialect) -> Any:
     # data-modifying statement is never planned in parallel, so the ids follow (no sort: see
     # ``Dialect.rows_insert``).
     given = union_all(claim_event, again).subquery("e")
-    events = insert(EVENTS).from_select(
-        ["run_id", "at", "actor", "trigger", "from_state", "to_state", "detail"],
+    events = events_selected(
         select(
             run_id,
             now,

@@ -17,13 +17,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Integer, Text, bindparam, column, insert, select, update
+from sqlalchemy import Integer, Text, bindparam, column, select, update
 
 from models import json_codec
 from models.db import dialect, utcnow
 from models.dialects import Dialect, Json
 from models.enums import EventKind, InterruptStatus
-from models.events import EVENTS
+from models.events import events_selected
 from models.interrupts import INTERRUPTS, moved, transition_write
 from models.redaction import redacted
 from models.runs import RUNS, move, raise_lost_race, run_destination
@@ -150,8 +150,7 @@ def RUN_END_MANY(d: Dialect) -> Any:
         .returning(RUNS.c.id)
         .cte("m")
     )
-    events = insert(EVENTS).from_select(
-        ["run_id", "at", "actor", "trigger", "from_state", "to_state", "detail"],
+    events = events_selected(
         select(
             given.c.run_id,
             now,

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Table, bindparam, func, select
+from sqlalchemy import Table, bindparam, func, insert, select
 from sqlalchemy.orm import Session
 from sqlalchemy.sql import FromClause
 from sqlalchemy.sql.dml import UpdateBase
@@ -82,6 +82,12 @@ def events_insert(
 
 EVENT_COMMON = ("run_id", "at", "actor")
 EVENT_KEYS = ("trigger", "from_state", "to_state", "detail")
+
+
+def events_selected(rows: Any) -> UpdateBase:
+    """The INSERT of the events ``rows`` select, their columns in the order of
+    ``EVENT_COMMON`` then ``EVENT_KEYS`` (a claim's, a sweep's batch of ends or escalations)."""
+    return insert(EVENTS).from_select([*EVENT_COMMON, *EVENT_KEYS], rows)
 
 
 @named("event.insert", ride=True, shapes=((EVENT_COMMON, EVENT_KEYS),))

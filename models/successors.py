@@ -35,7 +35,7 @@ from models import json_codec
 from models.db import dialect, utcnow
 from models.dialects import Dialect, Json, Timestamp
 from models.enums import EventKind, InterruptStatus
-from models.events import EVENTS, events_insert
+from models.events import events_insert, events_selected
 from models.interrupts import INTERRUPT_COLUMNS, INTERRUPTS, moved, supersede
 from models.notifications import COLUMNS as NOTIFICATION_COLUMNS
 from models.notifications import NOTIFICATIONS, successor_rows
@@ -158,8 +158,7 @@ def INTERRUPT_SUPERSEDE_MANY(d: Dialect) -> Any:
             NOTIFICATIONS.join(succeeding, NOTIFICATIONS.c.interrupt_id == given.c.old_id)
         ),
     )
-    events = insert(EVENTS).from_select(
-        ["run_id", "at", "actor", "trigger", "from_state", "to_state", "detail"],
+    events = events_selected(
         select(
             given.c.run_id,
             now,
