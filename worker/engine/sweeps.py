@@ -12,11 +12,12 @@ all forward first (an operator runs it after the fix).
 On PostgreSQL a batch is locked with ``FOR UPDATE SKIP LOCKED``: concurrent sweepers take
 disjoint rows, and the gateway, which locks the same row before it accepts a resume, is
 serialised with them. On SQLite every write transaction begins IMMEDIATE, so a batch is read
-and applied under the single write lock. A batch is applied at once, the runs it ends
-written together (``models.endings``: one statement on PostgreSQL); if one of its
-interrupts does not apply cleanly, it is applied again with each interrupt in its own
-savepoint, so one bad row does not stop its batch; a row that cannot even be read (SQLite
-keeps JSON as text that a hand edit can break) is put off like a failed one.
+and applied under the single write lock. A batch is applied at once, the runs it ends and
+the interrupts it escalates written together (``models.endings``, ``models.successors``: one
+statement each on PostgreSQL); if one of its interrupts does not apply cleanly, it is
+applied again with each interrupt in its own savepoint, so one bad row does not stop its
+batch; a row that cannot even be read (SQLite keeps JSON as text that a hand edit can break)
+is put off like a failed one.
 """
 
 from __future__ import annotations
