@@ -80,7 +80,12 @@ def end_runs(session: Scope, endings: Sequence[Ending], *, actor: str) -> None:
     rows, ends = [], []
     for ending in endings:
         run = ending.run
-        to = run_destination(ending.trigger, run.state, run.id).value
+        dest = run_destination(ending.trigger, run.state, run.id)
+        if not dest.terminal:  # (the statement writes an end: finished, no lease)
+            raise ValueError(
+                f"{ending.trigger.value} moves run {run.id} to {dest.value}, not an end"
+            )
+        to = dest.value
         rows.append(
             {
                 "run_id": run.id,
