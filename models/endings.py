@@ -22,9 +22,9 @@ from sqlalchemy import Integer, Text, bindparam, column, select, update
 from models import json_codec
 from models.db import dialect, utcnow
 from models.dialects import Dialect, Json
-from models.enums import EventKind, InterruptStatus
+from models.enums import EventKind
 from models.events import events_selected
-from models.interrupts import INTERRUPTS, moved, transition_write
+from models.interrupts import INTERRUPTS, PENDING, moved, transition_write
 from models.redaction import redacted
 from models.runs import RUNS, move, raise_lost_race, run_destination
 from models.scope import Scope
@@ -34,7 +34,6 @@ from statemachine import interrupt_destination
 
 # The interrupt a run waited on is expired with the run's end, where its lifecycle says.
 EXPIRE = "expire"
-PENDING = InterruptStatus.PENDING.value
 EXPIRED = interrupt_destination(EXPIRE, PENDING).value
 
 
@@ -77,7 +76,7 @@ def end_runs(session: Scope, endings: Sequence[Ending], *, actor: str) -> None:
             moved(ending.interrupt, values)
         return
     now = utcnow()
-    rows, ends = [], []
+    rows = []
     for ending in endings:
         run = ending.run
         dest = run_destination(ending.trigger, run.state, run.id)
@@ -85,12 +84,11 @@ def end_runs(session: Scope, endings: Sequence[Ending], *, actor: str) -> None:
             raise ValueError(
                 f"{ending.trigger.value} moves run {run.id} to {dest.value}, not an end"
             )
-        to = dest.value
         rows.append(
             {
                 "run_id": run.id,
                 "seen_version": run.state_version,
-                "state": to,
+                "state": dest.value,
                 "error": ending.error,
                 "trigger": ending.trigger.value,
                 "from_state": run.state,
@@ -98,25 +96,24 @@ def end_runs(session: Scope, endings: Sequence[Ending], *, actor: str) -> None:
                 "interrupt_id": ending.interrupt.id,
             }
         )
-        ends.append(
-            {
-                "state": to,
-                "state_version": run.state_version + 1,
-                "lease_owner": None,
-                "lease_expires_at": None,
-                "error": ending.error,
-                "updated_at": now,
-                "finished_at": now,
-            }
-        )
     params = {"end_rows": json_codec.dumps(rows), "end_now": now, "end_actor": actor}
     found = {row[0] for row in dialect(session).run(session, RUN_END_MANY, (), params).all()}
     expired = {"status": EXPIRED, "resolved_by": actor, "resolved_at": now}
-    for ending, values in zip(endings, ends, strict=True):
+    for ending, row in zip(endings, rows, strict=True):
         if ending.run.id not in found:
             raise_lost_race(session, ending.run, None)
-        committed(ending.run, values)
-        moved(ending.interrupt, dict(expired))
+        # What RUN_END_MANY wrote: the values ``move`` sets on a run it ends.
+        ended = {
+            "state": row["state"],
+            "state_version": row["seen_version"] + 1,
+            "error": row["error"],
+            "lease_owner": None,
+            "lease_expires_at": None,
+            "updated_at": now,
+            "finished_at": now,
+        }
+        committed(ending.run, ended)
+        moved(ending.interrupt, expired)
 
 
 _GIVEN = (

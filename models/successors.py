@@ -34,9 +34,9 @@ from sqlalchemy.orm import Session
 from models import json_codec
 from models.db import dialect, utcnow
 from models.dialects import Dialect, Json, Timestamp
-from models.enums import EventKind, InterruptStatus
+from models.enums import EventKind
 from models.events import events_insert, events_selected
-from models.interrupts import INTERRUPT_COLUMNS, INTERRUPTS, moved, supersede
+from models.interrupts import INTERRUPT_COLUMNS, INTERRUPTS, PENDING, moved, supersede
 from models.notifications import COLUMNS as NOTIFICATION_COLUMNS
 from models.notifications import NOTIFICATIONS, successor_rows
 from models.redaction import redacted
@@ -45,7 +45,6 @@ from models.statements import named
 from models.tables import Interrupt
 from statemachine import interrupt_destination
 
-PENDING = InterruptStatus.PENDING.value
 SUPERSEDED = interrupt_destination("supersede", PENDING).value
 # Columns of JSON: each value travels as a list of one, so that JSON's null stays JSON's null
 # (a column of ``jsonb_to_recordset`` reads it as SQL's NULL), as a row written alone keeps it.
