@@ -52,7 +52,6 @@ import math
 import os
 import statistics
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -73,6 +72,7 @@ from bench.processes import (
 )
 from bench.w1 import ACTOR, Poller, configure, contract, prepare, ready_caller
 from bench.waiting_rows import SQL_NULL, RunRows, ids_of, is_json, rows_of_run, tables
+from models.storable import id_at
 
 FLOWS = "bench.flows,bench.scale_flows"
 DUE = 1_000
@@ -305,11 +305,14 @@ def placements(spread: Spread, tpls: list[Template], first: int, last: int) -> l
     for n in range(first, last):
         t = n % len(tpls)
         tpl, place = tpls[t], found[t]
+        asked = spread.asked_at(n, tpl.lasts)
         place.n.append(n)
-        place.shift.append((spread.asked_at(n, tpl.lasts) - tpl.asked) // MICROSECOND)
+        place.shift.append((asked - tpl.asked) // MICROSECOND)
         place.starter.append(STARTERS[n % len(STARTERS)])
+        # Ids as the engine makes them (time-ordered), of the time the run asked.
+        ms = int(asked.timestamp() * 1000)
         for k in range(len(tpl.ids)):
-            place.ids[k].append(uuid.uuid4().hex)
+            place.ids[k].append(id_at(ms))
     return found
 
 

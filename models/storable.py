@@ -2,12 +2,33 @@
 
 from __future__ import annotations
 
-import uuid
+import os
+import time
 from typing import Any
+
+_LOW_62 = (1 << 62) - 1
+_VARIANT = 2 << 62  # RFC 9562's variant, binary 10, in the top bits of the last 64
 
 
 def new_id() -> str:
-    return uuid.uuid4().hex
+    """A new row's id: 32 hex digits of a UUID version 7 (RFC 9562), now's milliseconds since
+    the epoch, then 74 random bits.
+
+    Time-ordered, not random (``uuid4``), for the indexes a row enters by its id or its run's:
+    a new run's keys land at the newest edge of each, pages already in memory, where random
+    keys each land on a page of their own. Beside a million waiting runs, right after a
+    checkpoint, random ids cost W1 ten full-page images a run in the WAL, 76 KB a run against
+    15 on an empty database; these cost two, 29 KB. An id tells when its row was made, which
+    its row says anyway."""
+    return id_at(time.time_ns() // 1_000_000)
+
+
+def id_at(ms: int) -> str:
+    """An id as ``new_id`` makes it ``ms`` milliseconds after the epoch (a copy of rows made
+    then: ``bench.scale``)."""
+    rand = int.from_bytes(os.urandom(10), "big")
+    # 48 bits of time, the version (7), 12 random bits, the variant (binary 10), 62 random bits.
+    return f"{ms:012x}7{rand >> 68:03x}{rand & _LOW_62 | _VARIANT:016x}"
 
 
 def storable_text(text: str) -> bool:
