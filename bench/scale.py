@@ -11,9 +11,10 @@ In a scratch database (dropped at the end), in order:
    (``worker.testing.recording``), so through the stores' own statements;
 2. the bulk: ``--runs`` minus the sample more waiting runs, copied from one run of the sample
    per flow (every row of the run, its checkpoints, its interrupt and its events) by one
-   ``INSERT ... SELECT FROM unnest(...)`` per template row and chunk of runs: new ids, the run's
-   number ``n`` wherever the template's stood (input, state, scope, evidence and its RFC 8785
-   hash, computed by the server), the starter of run ``n``, and every timestamp moved by the
+   ``INSERT ... SELECT FROM unnest(...)`` per template row and chunk of runs: new ids
+   (time-ordered, made in the order inserted), the run's number ``n`` wherever the
+   template's stood (input, state, scope, evidence and its RFC 8785 hash, computed by the
+   server), the starter of run ``n``, and every timestamp moved by the
    same amount so that the interrupt was asked at ``Spread.asked_at(n)``: the first 1,000 are
    overdue by up to an hour, the others were asked within the last six days and are due days
    from now. Then ``VACUUM ANALYZE``, as autovacuum would do soon after, and a ``CHECKPOINT``.
@@ -36,7 +37,8 @@ In a scratch database (dropped at the end), in order:
 6. ``--check`` bulk runs of each flow answered through ``submit_resume`` and driven to success:
    the copies are runs the engine accepts;
 7. W1 (``bench.w1``'s flow, caller and worker, ``--w1-runs`` runs) on this database and on a
-   fresh empty one in turn, ``--rounds`` times: runs/s, median of each.
+   fresh empty one in turn, ``--rounds`` times, each right after a ``CHECKPOINT``: runs/s,
+   and the bytes of WAL written per run, median of each.
 
 Targets (issue 41): interrupts list first page <= 50 ms, inbox first page <= 100 ms, the
 sweep <= 1 s, W1 within 10 % of its rate on an empty database.
@@ -72,7 +74,7 @@ from bench.processes import (
 )
 from bench.w1 import ACTOR, Poller, configure, contract, prepare, ready_caller
 from bench.waiting_rows import SQL_NULL, RunRows, ids_of, is_json, rows_of_run, tables
-from models.storable import id_at
+from models.storable import new_id
 
 FLOWS = "bench.flows,bench.scale_flows"
 DUE = 1_000
@@ -87,6 +89,7 @@ HOLDERS = {"reviewer-sre-lead": ["sre-lead"], "reviewer-compliance": ["complianc
 # The template run of flow t has n = MARK + t: a number that occurs nowhere else in its rows.
 MARK = 970_531_000
 W1_TARGET = 0.9
+W1_MEASURES = ("rate", "wal_bytes")
 MICROSECOND = timedelta(microseconds=1)
 TARGETS_MS = {"interrupts_list": 50.0, "inbox": 100.0}
 SWEEP_TARGET_SECONDS = 1.0
@@ -305,14 +308,17 @@ def placements(spread: Spread, tpls: list[Template], first: int, last: int) -> l
     for n in range(first, last):
         t = n % len(tpls)
         tpl, place = tpls[t], found[t]
-        asked = spread.asked_at(n, tpl.lasts)
         place.n.append(n)
-        place.shift.append((asked - tpl.asked) // MICROSECOND)
+        place.shift.append((spread.asked_at(n, tpl.lasts) - tpl.asked) // MICROSECOND)
         place.starter.append(STARTERS[n % len(STARTERS)])
-        # Ids as the engine makes them (time-ordered), of the time the run asked.
-        ms = int(asked.timestamp() * 1000)
-        for k in range(len(tpl.ids)):
-            place.ids[k].append(id_at(ms))
+    # Ids as the engine makes them (time-ordered), made now and handed out in the order
+    # ``fill`` inserts the rows (template by template, table by table), as runs made one after
+    # another get them: each index fills its newest page, as in use. Ids of the time each run
+    # asked would sort below the sample's, made before, and split the pages beside them midway.
+    pool = iter(sorted(new_id() for place in found for _ in range(len(place.ids) * len(place.n))))
+    for place in found:
+        for column in place.ids:
+            column.extend(next(pool) for _ in place.n)
     return found
 
 
@@ -583,8 +589,11 @@ class OwnRuns(Poller):
         return {str(state): int(n) for state, n in rows}
 
 
-def w1(name: str, runs: int, credential: str) -> float:
-    """``bench.w1``'s workload on database ``name``: runs/s of ``runs`` W1 runs.
+def w1(name: str, runs: int, credential: str) -> dict[str, float]:
+    """``bench.w1``'s workload on database ``name``, right after a checkpoint: runs/s of
+    ``runs`` W1 runs, and the bytes of WAL the server wrote meanwhile per run (where a page's
+    first change after a checkpoint writes the whole page, the database's size shows whatever
+    the machine's noise).
 
     As ``bench.w1`` but for what a database full of other waiting runs changes for the bench
     itself: its poller counts the runs it started only (``OwnRuns``), and it resumes their
@@ -601,6 +610,8 @@ def w1(name: str, runs: int, credential: str) -> float:
     worker = start_worker("worker", bench_env(url), INTERLUDE_QUEUES, ["-c", "1"])
     poller = OwnRuns(pg.dsn(name))
     try:
+        poller.conn.execute("CHECKPOINT")
+        wal_before = _wal(poller.conn)
         start = time.perf_counter()
         run_ids = [enqueue_run("bench_w1", {"n": i}) for i in range(runs)]
         poller.only = run_ids
@@ -619,17 +630,28 @@ def w1(name: str, runs: int, credential: str) -> float:
                 raise RuntimeError(f"resume refused: {result.outcome.value} ({result.reason})")
         poller.wait_for("succeeded", runs)
         seconds = time.perf_counter() - start
+        wal_bytes = _wal(poller.conn) - wal_before
     finally:
         stop_worker(worker)
         poller.close()
         dispose_engines()
-    return runs / seconds
+    return {"rate": runs / seconds, "wal_bytes": wal_bytes / runs}
 
 
-def w1_rounds(full: str, full_credential: str, runs: int, rounds: int) -> dict[str, list[float]]:
+def _wal(conn: psycopg.Connection[Any]) -> float:
+    """Where the server's WAL ends, in bytes: the whole server's (the bench is alone on it;
+    ``pg_stat_wal`` would lag, its counts reported by each backend when it gets to it)."""
+    found = conn.execute("SELECT pg_current_wal_lsn() - '0/0'::pg_lsn").fetchone()
+    assert found is not None
+    return float(found[0])
+
+
+def w1_rounds(
+    full: str, full_credential: str, runs: int, rounds: int
+) -> dict[str, list[dict[str, float]]]:
     """W1 on the full database and on a fresh empty one, in turn."""
 
-    found: dict[str, list[float]] = {"full": [], "empty": []}
+    found: dict[str, list[dict[str, float]]] = {"full": [], "empty": []}
     for _ in range(rounds):
         found["full"].append(w1(full, runs, full_credential))
         with pg.scratch_database("interlude_scale_empty") as empty:
@@ -685,7 +707,9 @@ def report(result: dict[str, Any]) -> str:
     size = result["sizes"]
     reads_ms = result["reads_ms"]
     sweep_ = result["sweep"]
-    full, empty = (statistics.median(result["w1"][k]) for k in ("full", "empty"))
+    w1_of = {k: {m: [r[m] for r in result["w1"][k]] for m in W1_MEASURES} for k in result["w1"]}
+    full, empty = (statistics.median(w1_of[k]["rate"]) for k in ("full", "empty"))
+    wal = {k: statistics.median(w1_of[k]["wal_bytes"]) / 1024 for k in w1_of}
     lines = [
         f"bench.scale: {result['runs']:,} waiting runs ({result['sample']} through the engine, "
         f"the rest copied in {result['insert_seconds']:.0f} s, VACUUM ANALYZE and CHECKPOINT "
@@ -719,7 +743,12 @@ def report(result: dict[str, Any]) -> str:
     lines.append(f"  {result['answered']} bulk runs answered through submit_resume and finished")
     lines.append(
         f"  W1 runs/s: {full:.1f} with them waiting, {empty:.1f} on an empty database "
-        f"(x{full / empty:.2f}); rounds {result['w1']['full']} / {result['w1']['empty']}"
+        f"(x{full / empty:.2f}); rounds "
+        + " / ".join(", ".join(f"{r:.1f}" for r in w1_of[k]["rate"]) for k in ("full", "empty"))
+    )
+    lines.append(
+        f"  W1's WAL per run after a checkpoint: {wal['full']:.1f} KB with them waiting, "
+        f"{wal['empty']:.1f} KB on an empty database"
     )
     verdicts = [
         ("interrupts list", reads_ms["interrupts_list"]["median"] <= TARGETS_MS["interrupts_list"]),
@@ -740,7 +769,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=20, help="timed calls of each read")
     parser.add_argument("--check", type=int, default=3, help="bulk runs per flow answered")
     parser.add_argument("--w1-runs", type=int, default=300)
-    parser.add_argument("--rounds", type=int, default=3, help="W1 on each database, in turn")
+    parser.add_argument("--rounds", type=int, default=5, help="W1 on each database, in turn")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     args = parser.parse_args()
     if args.sample < 4 or args.runs < args.sample + DUE + 1:

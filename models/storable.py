@@ -20,12 +20,7 @@ def new_id() -> str:
     checkpoint, random ids cost W1 ten full-page images a run in the WAL, 76 KB a run against
     15 on an empty database; these cost two, 29 KB. An id tells when its row was made, which
     its row says anyway."""
-    return id_at(time.time_ns() // 1_000_000)
-
-
-def id_at(ms: int) -> str:
-    """An id as ``new_id`` makes it ``ms`` milliseconds after the epoch (a copy of rows made
-    then: ``bench.scale``)."""
+    ms = time.time_ns() // 1_000_000
     rand = int.from_bytes(os.urandom(10), "big")
     # 48 bits of time, the version (7), 12 random bits, the variant (binary 10), 62 random bits.
     return f"{ms:012x}7{rand >> 68:03x}{rand & _LOW_62 | _VARIANT:016x}"
