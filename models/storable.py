@@ -19,7 +19,8 @@ def new_id() -> str:
     keys each land on a page of their own. Beside a million waiting runs, right after a
     checkpoint, random ids cost W1 ten full-page images a run in the WAL, 76 KB a run against
     15 on an empty database; these cost two, 29 KB. An id tells when its row was made, which
-    its row says anyway."""
+    its row says anyway. A clock set back costs the indexes that locality for a while, never
+    an id's uniqueness, which rests on the random bits."""
     ms = time.time_ns() // 1_000_000
     rand = int.from_bytes(os.urandom(10), "big")
     # 48 bits of time, the version (7), 12 random bits, the variant (binary 10), 62 random bits.

@@ -32,7 +32,7 @@ def test_ids_made_later_sort_later() -> None:
     assert made_in_turn == sorted(made_in_turn)
 
 
-def test_ids_of_one_millisecond_differ_in_74_random_bits() -> None:
+def test_ids_differ_in_74_random_bits_and_keep_version_and_variant() -> None:
     made = {new_id() for _ in range(10_000)}
     assert len(made) == 10_000
     # Every bit outside the time, the version and the variant moves; none of those does.
