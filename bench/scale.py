@@ -11,10 +11,10 @@ In a scratch database (dropped at the end), in order:
    (``worker.testing.recording``), so through the stores' own statements;
 2. the bulk: ``--runs`` minus the sample more waiting runs, copied from one run of the sample
    per flow (every row of the run, its checkpoints, its interrupt and its events) by one
-   ``INSERT ... SELECT FROM unnest(...)`` per template row and chunk of runs: new ids
-   (time-ordered, made in the order inserted), the run's number ``n`` wherever the
-   template's stood (input, state, scope, evidence and its RFC 8785 hash, computed by the
-   server), the starter of run ``n``, and every timestamp moved by the
+   ``INSERT ... SELECT FROM unnest(...)`` per template row and chunk of runs: new ids (as the
+   engine makes them), the run's number ``n`` wherever the template's stood (input, state,
+   scope, evidence and its RFC 8785 hash, computed by the server), the starter of run ``n``,
+   and every timestamp moved by the
    same amount so that the interrupt was asked at ``Spread.asked_at(n)``: the first 1,000 are
    overdue by up to an hour, the others were asked within the last six days and are due days
    from now. Then ``VACUUM ANALYZE``, as autovacuum would do soon after, and a ``CHECKPOINT``.
@@ -311,14 +311,8 @@ def placements(spread: Spread, tpls: list[Template], first: int, last: int) -> l
         place.n.append(n)
         place.shift.append((spread.asked_at(n, tpl.lasts) - tpl.asked) // MICROSECOND)
         place.starter.append(STARTERS[n % len(STARTERS)])
-    # Ids as the engine makes them (time-ordered), made now and handed out in the order
-    # ``fill`` inserts the rows (template by template, table by table), as runs made one after
-    # another get them: each index fills its newest page, as in use. Ids of the time each run
-    # asked would sort below the sample's, made before, and split the pages beside them midway.
-    pool = iter(sorted(new_id() for place in found for _ in range(len(place.ids) * len(place.n))))
-    for place in found:
         for column in place.ids:
-            column.extend(next(pool) for _ in place.n)
+            column.append(new_id())
     return found
 
 

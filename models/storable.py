@@ -2,29 +2,17 @@
 
 from __future__ import annotations
 
-import os
-import time
+import uuid
 from typing import Any
-
-_LOW_62 = (1 << 62) - 1
-_VARIANT = 2 << 62  # RFC 9562's variant, binary 10, in the top bits of the last 64
 
 
 def new_id() -> str:
-    """A new row's id: 32 hex digits of a UUID version 7 (RFC 9562), now's milliseconds since
-    the epoch, then 74 random bits.
-
-    Time-ordered, not random (``uuid4``), for the indexes a row enters by its id or its run's:
-    a new run's keys land at the newest edge of each, pages already in memory, where random
-    keys each land on a page of their own. Beside a million waiting runs, right after a
-    checkpoint, random ids cost W1 ten full-page images a run in the WAL, 76 KB a run against
-    15 on an empty database; these cost two, 29 KB. An id tells when its row was made, which
-    its row says anyway. A clock set back costs the indexes that locality for a while, never
-    an id's uniqueness, which rests on the random bits."""
-    ms = time.time_ns() // 1_000_000
-    rand = int.from_bytes(os.urandom(10), "big")
-    # 48 bits of time, the version (7), 12 random bits, the variant (binary 10), 62 random bits.
-    return f"{ms:012x}7{rand >> 68:03x}{rand & _LOW_62 | _VARIANT:016x}"
+    """A new row's id: 32 random hex digits (``uuid4``). Random, not time-ordered, so that
+    the first few characters name a row: tables show ids by their first 8, and every command
+    takes a unique prefix of 6 or more. Time-ordered ids (UUID version 7) would cut the WAL a
+    run writes beside a million waiting ones, but runs made within a minute would share
+    their first 8 characters (docs/explanation/performance.md, "Tried, and not kept")."""
+    return uuid.uuid4().hex
 
 
 def storable_text(text: str) -> bool:
