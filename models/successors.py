@@ -96,8 +96,15 @@ def supersede_all(session: Session, successions: Sequence[Succession], *, actor:
     found = {row[0] for row in run.all()}
     for s in successions:
         if s.old.id in found:
-            values = {"superseded_by": s.renewed.id, "resolved_by": actor, "resolved_at": now}
-            moved(s.old, {**values, "status": SUPERSEDED})
+            moved(
+                s.old,
+                {
+                    "status": SUPERSEDED,
+                    "superseded_by": s.renewed.id,
+                    "resolved_by": actor,
+                    "resolved_at": now,
+                },
+            )
     return found
 
 
