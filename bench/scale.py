@@ -56,7 +56,7 @@ import statistics
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from types import SimpleNamespace
 from typing import Any
 
@@ -74,7 +74,7 @@ from bench.processes import (
 )
 from bench.w1 import ACTOR, Poller, configure, contract, prepare, ready_caller
 from bench.waiting_rows import SQL_NULL, RunRows, ids_of, is_json, rows_of_run, tables
-from models.storable import new_id
+from models.storable import id_at
 
 FLOWS = "bench.flows,bench.scale_flows"
 DUE = 1_000
@@ -90,6 +90,7 @@ HOLDERS = {"reviewer-sre-lead": ["sre-lead"], "reviewer-compliance": ["complianc
 MARK = 970_531_000
 W1_TARGET = 0.9
 MICROSECOND = timedelta(microseconds=1)
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 TARGETS_MS = {"interrupts_list": 50.0, "inbox": 100.0}
 SWEEP_TARGET_SECONDS = 1.0
 
@@ -310,8 +311,11 @@ def placements(spread: Spread, tpls: list[Template], first: int, last: int) -> l
         place.n.append(n)
         place.shift.append((spread.asked_at(n, tpl.lasts) - tpl.asked) // MICROSECOND)
         place.starter.append(STARTERS[n % len(STARTERS)])
-        for column in place.ids:
-            column.append(new_id())
+        # Ids as the engine makes them, at the moment the copy asked (its rows a millisecond
+        # apart): a bulk asked over days spreads over every prefix, as waiting runs do.
+        asked = (tpl.asked - EPOCH) // MICROSECOND + place.shift[-1]
+        for k, column in enumerate(place.ids):
+            column.append(id_at(asked + 1000 * k))
     return found
 
 
