@@ -4,10 +4,13 @@ bench runs, and every interrupt was asked in the past."""
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
-from bench.scale import Spread, percentile
+from bench.scale import Spread, percentile, placements
+from models.storable import CLOCK_WRAP
 
 NOW = datetime(2026, 12, 5, 12, 0, tzinfo=UTC)
 DAY = timedelta(days=1)
@@ -50,3 +53,21 @@ def test_percentile_is_nearest_rank() -> None:
     assert percentile(values, 0.5) == 10.0
     assert percentile(values, 0.99) == 20.0
     assert percentile([3.0], 0.99) == 3.0
+
+
+def test_the_bulks_ids_are_made_when_their_runs_asked_so_they_cover_every_prefix() -> None:
+    # Given a template of three rows asked ten days before NOW, copied 4,096 times over the
+    # six days' window (the clock in an id wraps every 71.6 minutes)
+    template: Any = SimpleNamespace(lasts=7 * DAY, asked=NOW - 10 * DAY, ids=["r", "c", "i"])
+    (place,) = placements(Spread(total=4_096, due=10, now=NOW), [template], 0, 4_096)
+    runs, later = place.ids[0], place.ids[1:]
+    # Then the runs' ids spread over every prefix, as runs made over days do
+    assert {one[:2] for one in runs} == {f"{n:02x}" for n in range(256)}
+    # And each copy's rows were made a millisecond apart, at the moment the copy asked
+    for n, run in enumerate(runs):
+        asked = (NOW - 10 * DAY - datetime(1970, 1, 1, tzinfo=UTC)) // timedelta(
+            microseconds=1
+        ) + place.shift[n]
+        assert int(run[:8], 16) == asked % CLOCK_WRAP
+        for k, column in enumerate(later, start=1):
+            assert int(column[n][:8], 16) == (asked + 1000 * k) % CLOCK_WRAP
