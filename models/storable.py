@@ -9,6 +9,9 @@ from typing import Any
 
 # The clock's place in an id wraps every 2**32 microseconds, 71.6 minutes.
 CLOCK_WRAP = 1 << 32
+# Within the 96 bits after the clock: the version nibble (8) and the variant's two bits (10).
+_FIXED = (0xF << 76) | (0x3 << 62)
+_VERSION_8 = (0x8 << 76) | (0x2 << 62)
 _clock_lock = threading.Lock()
 _clock_last = 0
 
@@ -47,11 +50,6 @@ def id_at(micros: int) -> str:
     bits (a bulk load gives the moments its rows were made)."""
     bits = int.from_bytes(os.urandom(12)) & ~_FIXED | _VERSION_8
     return f"{micros % CLOCK_WRAP:08x}{bits:024x}"
-
-
-# Within the 96 bits after the clock: the version nibble (8) and the variant's two bits (10).
-_FIXED = (0xF << 76) | (0x3 << 62)
-_VERSION_8 = (0x8 << 76) | (0x2 << 62)
 
 
 def storable_text(text: str) -> bool:

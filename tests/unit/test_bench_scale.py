@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from bench.scale import Spread, percentile, placements
+from bench.scale import EPOCH, MICROSECOND, Spread, percentile, placements
 from models.storable import CLOCK_WRAP
 
 NOW = datetime(2026, 12, 5, 12, 0, tzinfo=UTC)
@@ -65,9 +65,7 @@ def test_the_bulks_ids_are_made_when_their_runs_asked_so_they_cover_every_prefix
     assert {one[:2] for one in runs} == {f"{n:02x}" for n in range(256)}
     # And each copy's rows were made a millisecond apart, at the moment the copy asked
     for n, run in enumerate(runs):
-        asked = (NOW - 10 * DAY - datetime(1970, 1, 1, tzinfo=UTC)) // timedelta(
-            microseconds=1
-        ) + place.shift[n]
+        asked = (NOW - 10 * DAY - EPOCH) // MICROSECOND + place.shift[n]
         assert int(run[:8], 16) == asked % CLOCK_WRAP
         for k, column in enumerate(later, start=1):
             assert int(column[n][:8], 16) == (asked + 1000 * k) % CLOCK_WRAP
