@@ -308,14 +308,15 @@ def placements(spread: Spread, tpls: list[Template], first: int, last: int) -> l
     for n in range(first, last):
         t = n % len(tpls)
         tpl, place = tpls[t], found[t]
+        asked = spread.asked_at(n, tpl.lasts)
         place.n.append(n)
-        place.shift.append((spread.asked_at(n, tpl.lasts) - tpl.asked) // MICROSECOND)
+        place.shift.append((asked - tpl.asked) // MICROSECOND)
         place.starter.append(STARTERS[n % len(STARTERS)])
         # Ids as the engine makes them, at the moment the copy asked (its rows a millisecond
         # apart): a bulk asked over days spreads over every prefix, as waiting runs do.
-        asked = (tpl.asked - EPOCH) // MICROSECOND + place.shift[-1]
+        micros = (asked - EPOCH) // MICROSECOND
         for k, column in enumerate(place.ids):
-            column.append(id_at(asked + 1000 * k))
+            column.append(id_at(micros + 1000 * k))
     return found
 
 
