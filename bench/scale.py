@@ -56,7 +56,7 @@ import statistics
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from types import SimpleNamespace
 from typing import Any
 
@@ -74,6 +74,7 @@ from bench.processes import (
 )
 from bench.w1 import ACTOR, Poller, configure, contract, prepare, ready_caller
 from bench.waiting_rows import SQL_NULL, RunRows, ids_of, is_json, rows_of_run, tables
+from models.db import EPOCH
 from models.storable import id_at
 
 FLOWS = "bench.flows,bench.scale_flows"
@@ -90,7 +91,6 @@ HOLDERS = {"reviewer-sre-lead": ["sre-lead"], "reviewer-compliance": ["complianc
 MARK = 970_531_000
 W1_TARGET = 0.9
 MICROSECOND = timedelta(microseconds=1)
-EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 TARGETS_MS = {"interrupts_list": 50.0, "inbox": 100.0}
 SWEEP_TARGET_SECONDS = 1.0
 

@@ -37,6 +37,10 @@ _sessions: dict[str, sessionmaker[Session]] = {}
 _dialects: dict[str, Dialect] = {}
 
 
+# The instant POSIX time counts from (the inbox's cursors count microseconds since it).
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
 def utcnow() -> datetime:
     return datetime.now(UTC)
 

@@ -17,7 +17,7 @@ from sqlalchemy import and_, literal, or_, select
 from sqlalchemy.exc import SQLAlchemyError
 
 from models.contracts import InterruptView
-from models.db import transaction, utcnow
+from models.db import EPOCH, transaction, utcnow
 from models.enums import InterruptKind, InterruptStatus
 from models.errors import InterludeError, InvalidInputError
 from models.settings import LONGEST_SECONDS
@@ -25,7 +25,6 @@ from models.tables import Interrupt, Run
 
 MAX_PAGE = 200
 BAD_CURSOR = "cursor is not one this inbox returned"
-EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 # A page's position: when its last interrupt was raised (at most 16 digits of microseconds:
 # until the year 2286, well inside what a datetime holds) and that interrupt's id.
 CURSOR_PATTERN = r"^([0-9]{1,16})\.([0-9A-Za-z_-]{1,64})$"

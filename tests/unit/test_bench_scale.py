@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from bench.scale import EPOCH, MICROSECOND, Spread, percentile, placements
+from bench.scale import MICROSECOND, Spread, percentile, placements
+from models.db import EPOCH
 from models.storable import CLOCK_WRAP
 
 NOW = datetime(2026, 12, 5, 12, 0, tzinfo=UTC)
