@@ -40,6 +40,10 @@ In a scratch database (dropped at the end), in order:
    fresh empty one in turn, ``--rounds`` times, each right after a ``CHECKPOINT``: runs/s,
    and the bytes of WAL written per run, median of each.
 
+``--due-policy`` makes every due interrupt one flow's, so that the sweep applies that one
+expiry policy 1,000 times (``default``: each a resume through the gateway's acceptance, the
+policy a sweep applies one by one) instead of each a quarter of them.
+
 Targets (issue 41): interrupts list first page <= 50 ms, inbox first page <= 100 ms, the
 sweep <= 1 s, W1 within 10 % of its rate on an empty database.
 """
@@ -93,6 +97,8 @@ W1_TARGET = 0.9
 MICROSECOND = timedelta(microseconds=1)
 TARGETS_MS = {"interrupts_list": 50.0, "inbox": 100.0}
 SWEEP_TARGET_SECONDS = 1.0
+# The expiry policies of bench.scale_flows' four flows, one each.
+POLICIES = ("expire", "cancel", "escalate", "default")
 
 
 @dataclass(frozen=True)
@@ -109,6 +115,8 @@ class Spread:
     now: datetime
     window: timedelta = timedelta(days=6)
     overdue: timedelta = timedelta(hours=1)
+    # The template every due run copies (``--due-policy``); None: run n copies n % templates.
+    due_template: int | None = None
 
     def __post_init__(self) -> None:
         if not 0 <= self.due < self.total:
@@ -306,7 +314,7 @@ def placements(spread: Spread, tpls: list[Template], first: int, last: int) -> l
     template ``n % len(tpls)``)."""
     found = [Placement([], [], [], [[] for _ in t.ids]) for t in tpls]
     for n in range(first, last):
-        t = n % len(tpls)
+        t = n % len(tpls) if n >= spread.due or spread.due_template is None else spread.due_template
         tpl, place = tpls[t], found[t]
         asked = spread.asked_at(n, tpl.lasts)
         place.n.append(n)
@@ -663,13 +671,24 @@ def w1_rounds(
 
 
 def run(
-    runs: int, sample_size: int, repeat: int, check: int, w1_runs: int, rounds: int
+    runs: int,
+    sample_size: int,
+    repeat: int,
+    check: int,
+    w1_runs: int,
+    rounds: int,
+    due_policy: str | None = None,
 ) -> dict[str, Any]:
     from models.db import dispose_engines, utcnow
     from models.migrate import upgrade
     from worker import add_actor
 
-    result: dict[str, Any] = {"runs": runs, "sample": sample_size, "due": DUE}
+    result: dict[str, Any] = {
+        "runs": runs,
+        "sample": sample_size,
+        "due": DUE,
+        "due_policy": due_policy or "mix",
+    }
     with pg.scratch_database("interlude_scale") as name:
         url = pg.sqlalchemy_url(name)
         try:
@@ -686,7 +705,12 @@ def run(
             result["sample_seconds"] = time.perf_counter() - started
             tpls = templates(url, by_flow)
             # The sample's runs count among the total; their deadlines are days away.
-            spread = Spread(total=runs - sample_size, due=DUE, now=utcnow())
+            spread = Spread(
+                total=runs - sample_size,
+                due=DUE,
+                now=utcnow(),
+                due_template=_due_template(due_policy),
+            )
             filled = fill(name, tpls, spread)
             result.update({k: v for k, v in filled.items() if k != "picked"})
             check_copies(url, tpls, filled["picked"])
@@ -699,6 +723,15 @@ def run(
         finally:
             dispose_engines()
     return result
+
+
+def _due_template(policy: str | None) -> int | None:
+    """The template (``bench.scale_flows.ASKS``' order) whose expiry policy is ``policy``."""
+    from bench.scale_flows import ASKS
+
+    if policy is None:
+        return None
+    return next(t for t, ask in enumerate(ASKS) if ask.on_expiry == policy)
 
 
 def report(result: dict[str, Any]) -> str:
@@ -733,7 +766,8 @@ def report(result: dict[str, Any]) -> str:
             f"    {label:48s} {reads_ms[key]['median']:7.1f} / {reads_ms[key]['p99']:7.1f}"
         )
     lines.append(
-        f"  sweep of {sweep_['due']} due: {sweep_['seconds']:.2f} s ({sweep_['sweeps']} sweep(s)); "
+        f"  sweep of {sweep_['due']} due ({result.get('due_policy', 'mix')}): "
+        f"{sweep_['seconds']:.2f} s ({sweep_['sweeps']} sweep(s)); "
         f"handled {sweep_['handled']}, "
         f"deferred {sweep_['deferred']}, failed {sweep_['failed']}, due after it "
         f"{sweep_['left_due']}; published {sweep_['published']}; runs {sweep_['runs_not_waiting']}"
@@ -768,13 +802,26 @@ def main() -> None:
     parser.add_argument("--check", type=int, default=3, help="bulk runs per flow answered")
     parser.add_argument("--w1-runs", type=int, default=300)
     parser.add_argument("--rounds", type=int, default=5, help="W1 on each database, in turn")
+    parser.add_argument(
+        "--due-policy",
+        choices=POLICIES,
+        help="every due interrupt of this expiry policy (default: a quarter of each)",
+    )
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     args = parser.parse_args()
     if args.sample < 4 or args.runs < args.sample + DUE + 1:
         parser.error(f"--sample must be at least 4 and --runs more than --sample + {DUE}")
     if min(args.repeat, args.w1_runs, args.rounds) < 1 or args.check < 0:
         parser.error("--repeat, --w1-runs and --rounds must be at least 1, --check at least 0")
-    result = run(args.runs, args.sample, args.repeat, args.check, args.w1_runs, args.rounds)
+    result = run(
+        args.runs,
+        args.sample,
+        args.repeat,
+        args.check,
+        args.w1_runs,
+        args.rounds,
+        args.due_policy,
+    )
     print(json.dumps(result, default=str) if args.json else report(result))
 
 

@@ -70,3 +70,17 @@ def test_the_bulks_ids_are_made_when_their_runs_asked_so_they_cover_every_prefix
         assert int(run[:8], 16) == asked % CLOCK_WRAP
         for k, column in enumerate(later, start=1):
             assert int(column[n][:8], 16) == (asked + 1000 * k) % CLOCK_WRAP
+
+
+def test_the_due_runs_copy_one_template_when_a_policy_is_asked_for() -> None:
+    # Given four templates and a spread whose due runs copy the last one (--due-policy)
+    tpls: list[Any] = [
+        SimpleNamespace(lasts=lasts, asked=NOW - 40 * DAY, ids=["r"]) for lasts in LASTS
+    ]
+    spread = Spread(total=100, due=10, now=NOW, due_template=3)
+    places = placements(spread, tpls, 0, 100)
+    # Then runs 0 to 9 (the due ones) all copy it, and the others still take turns
+    assert places[3].n[:10] == list(range(10))
+    assert [n for place in places[:3] for n in place.n if n < 10] == []
+    assert sorted(n for place in places for n in place.n) == list(range(100))
+    assert places[0].n == [n for n in range(10, 100) if n % 4 == 0]
