@@ -1,9 +1,9 @@
 """Reads for the review inbox: the pending interrupts an actor may answer, oldest first.
 
-Roles are a JSON list on the interrupt, which the two backends query differently; the inbox
-reads pending rows in creation order in batches and keeps those the roles match, so one
-query serves both. Pages are keyed by ``(created_at, id)``: a cursor stays valid while
-interrupts are answered or added.
+One query a page: pending interrupts in creation order (an index's), those of the actor's
+roles (a JSON list on the interrupt, which each backend matches its own way,
+``Dialect.holds_any``) and, for separation of duties, not of runs the actor started. Pages are
+keyed by ``(created_at, id)``: a cursor stays valid while interrupts are answered or added.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from sqlalchemy import and_, literal, or_, select
 from sqlalchemy.exc import SQLAlchemyError
 
 from models.contracts import InterruptView
-from models.db import EPOCH, transaction, utcnow
+from models.db import EPOCH, dialect, transaction, utcnow
 from models.enums import InterruptKind, InterruptStatus
 from models.errors import InterludeError, InvalidInputError
 from models.settings import LONGEST_SECONDS
@@ -29,8 +29,6 @@ BAD_CURSOR = "cursor is not one this inbox returned"
 # until the year 2286, well inside what a datetime holds) and that interrupt's id.
 CURSOR_PATTERN = r"^([0-9]{1,16})\.([0-9A-Za-z_-]{1,64})$"
 CURSOR = re.compile(CURSOR_PATTERN)
-# Rows read per query while looking for interrupts the roles match.
-SCAN_BATCH = 500
 
 
 @dataclass(frozen=True)
@@ -79,14 +77,15 @@ def answerable_interrupts(
     the starter out (separation of duties). ``min_age``/``max_age`` are seconds since the
     interrupt was raised.
     """
-    wanted = set(roles)
+    wanted = sorted(set(roles))
     if not 1 <= limit <= MAX_PAGE:
         raise InvalidInputError(detail=f"limit must be 1 to {MAX_PAGE}")
     query = (
-        select(Interrupt, Run.started_by)
+        select(Interrupt)
         .join(Run, Run.id == Interrupt.run_id)
         .where(Interrupt.status == InterruptStatus.PENDING.value)
         .order_by(Interrupt.created_at, Interrupt.id)
+        .limit(limit)
     )
     if kind is not None:
         query = query.where(Interrupt.kind == _kind(kind).value)
@@ -96,32 +95,35 @@ def answerable_interrupts(
             continue
         edge = now - timedelta(seconds=checked_age(age))
         query = query.where(Interrupt.created_at >= edge if newer else Interrupt.created_at <= edge)
-    position = decode_cursor(cursor) if cursor is not None else None
-    items: list[InterruptView] = []
+    if cursor is not None:
+        at, last_id = decode_cursor(cursor)
+        query = query.where(
+            or_(
+                Interrupt.created_at > at,
+                and_(Interrupt.created_at == at, Interrupt.id > last_id),
+            )
+        )
+    if actor_id:
+        # Separation of duties: not the interrupts of runs this actor started.
+        query = query.where(
+            or_(
+                Interrupt.separate_from_starter.is_not(True),
+                Run.started_by.is_(None),
+                Run.started_by != actor_id,
+            )
+        )
+    if not wanted:
+        return InboxPage([], None)
     with transaction(readonly=True) as session:
-        while True:
-            batch = query
-            if position is not None:
-                at, last_id = position
-                batch = batch.where(
-                    or_(
-                        Interrupt.created_at > at,
-                        and_(Interrupt.created_at == at, Interrupt.id > last_id),
-                    )
-                )
-            rows = session.execute(batch.limit(SCAN_BATCH)).all()
-            for interrupt, started_by in rows:
-                position = (interrupt.created_at, interrupt.id)
-                if not wanted & set(interrupt.roles or []):
-                    continue
-                if interrupt.separate_from_starter and actor_id and started_by == actor_id:
-                    continue
-                items.append(InterruptView.model_validate(interrupt, from_attributes=True))
-                if len(items) == limit:
-                    last = items[-1]
-                    return InboxPage(items, encode_cursor(last.created_at, last.id))
-            if len(rows) < SCAN_BATCH:
-                return InboxPage(items, None)
+        # The roles are matched by the server: a backlog of other roles' interrupts, older
+        # than this actor's, is passed over in the index instead of read row by row.
+        query = query.where(dialect(session).holds_any(Interrupt.roles, wanted))
+        found = session.execute(query).scalars().all()
+        items = [InterruptView.model_validate(i, from_attributes=True) for i in found]
+    if len(items) < limit:
+        return InboxPage(items, None)
+    last = items[-1]
+    return InboxPage(items, encode_cursor(last.created_at, last.id))
 
 
 def _kind(value: InterruptKind | str) -> InterruptKind:
