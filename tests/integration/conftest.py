@@ -3,10 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
+from sqlalchemy import event
 
+from models.db import get_engine
 from worker.testing import TaskRecorder, recording
+
+# Statements sent to the database, each with its parameters.
+Sent = list[tuple[str, Any]]
 
 
 @pytest.fixture(autouse=True)
@@ -18,3 +24,17 @@ def _no_broker() -> Iterator[TaskRecorder]:
     """
     with recording() as recorder:
         yield recorder
+
+
+@pytest.fixture()
+def sent(db: str) -> Iterator[Sent]:
+    """Every statement the test's engine sends while the test runs, with its parameters."""
+    seen: Sent = []
+
+    def record(_conn: object, _cursor: object, statement: str, params: Any, *_: object) -> None:
+        seen.append((statement, params))
+
+    engine = get_engine()
+    event.listen(engine, "before_cursor_execute", record)
+    yield seen
+    event.remove(engine, "before_cursor_execute", record)

@@ -4,11 +4,9 @@ million waiting runs, of which one team's backlog must not slow another team's i
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from sqlalchemy import event
 
 from models.db import get_engine
 from models.inbox_queries import answerable_interrupts
@@ -17,20 +15,8 @@ from worker.testing import TaskRecorder, drain
 
 pytestmark = pytest.mark.usefixtures("scratch")
 
+# What the ``sent`` fixture (tests/integration/conftest.py) records: statements, with parameters.
 Sent = list[tuple[str, Any]]
-
-
-@pytest.fixture()
-def sent(db: str) -> Iterator[Sent]:
-    seen: Sent = []
-
-    def record(_conn: object, _cursor: object, statement: str, params: Any, *_: object) -> None:
-        seen.append((statement, params))
-
-    engine = get_engine()
-    event.listen(engine, "before_cursor_execute", record)
-    yield seen
-    event.remove(engine, "before_cursor_execute", record)
 
 
 def _waiting(flow: str, count: int, **kwargs: Any) -> list[str]:

@@ -7,31 +7,16 @@ SQLite's planner reads the pending ones through (status, deadline) and sorts the
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
-
-import pytest
-from sqlalchemy import event
 
 from models.db import get_engine
 from models.inbox_queries import answerable_interrupts
 from worker import add_actor, enqueue_run, list_interrupts
 from worker.testing import TaskRecorder, drain
 
+# What the ``sent`` fixture (tests/integration/conftest.py) records: statements, with parameters.
 Sent = list[tuple[str, Any]]
-
-
-@pytest.fixture()
-def sent(db: str) -> Iterator[Sent]:
-    seen: Sent = []
-
-    def record(_conn: object, _cursor: object, statement: str, params: Any, *_: object) -> None:
-        seen.append((statement, params))
-
-    engine = get_engine()
-    event.listen(engine, "before_cursor_execute", record)
-    yield seen
-    event.remove(engine, "before_cursor_execute", record)
 
 
 def _plan(statement: str, params: Any) -> str:
