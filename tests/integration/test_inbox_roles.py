@@ -84,3 +84,26 @@ def test_the_starter_of_a_run_does_not_see_an_interrupt_kept_from_them(
     every = [i.run_id for i in answerable_interrupts(["approver"]).items]
     assert every == [alices, bobs, nobodys, plain]
     assert {i.run_id for i in list_interrupts(status="pending")} == set(every)
+
+
+def test_on_postgresql_a_role_with_nothing_pending_is_looked_up_not_walked_to(
+    tasks: TaskRecorder, sent: Sent, backend: str
+) -> None:
+    if backend != "postgresql":
+        pytest.skip("SQLite has no GIN index: its inbox walks the pending interrupts in order")
+    # Given many pending interrupts, none for the role asked about, and the table analyzed
+    # (as autovacuum keeps it)
+    _waiting("approval", 40)
+    with get_engine().connect() as conn:
+        conn.execution_options(isolation_level="AUTOCOMMIT").exec_driver_sql("ANALYZE interrupts")
+    # When an actor holding only that role reads the inbox
+    sent.clear()
+    assert answerable_interrupts(["auditor"]).items == []
+    # Then the planner reads the role's pending interrupts from the roles index, rather than
+    # walking every pending interrupt in order
+    ((statement, params),) = _reads_of_interrupts(sent)
+    with get_engine().connect() as conn:
+        conn.exec_driver_sql("SET enable_seqscan = off")
+        plan = "\n".join(r[0] for r in conn.exec_driver_sql(f"EXPLAIN {statement}", params))
+        conn.rollback()
+    assert "ix_interrupts_pending_roles" in plan, plan
