@@ -7,6 +7,9 @@ beside a million); with this index the planner reads those few here and sorts th
 (docs/explanation/performance.md, "The inbox's roles matched by the server"). SQLite has no
 GIN index and keeps the walk.
 
+Building it locks writes to ``interrupts`` for as long as it takes: 0.6 s for a million
+pending interrupts on the project's machine, into 1.6 MB (a few roles, compressed lists).
+
 Revision ID: interrupts_pending_roles
 Revises: run_keys_where_given
 Create Date: 2026-12-07 12:10:00
