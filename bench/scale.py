@@ -80,6 +80,7 @@ from bench.processes import (
 from bench.w1 import ACTOR, Poller, configure, contract, prepare, ready_caller
 from bench.waiting_rows import SQL_NULL, RunRows, ids_of, is_json, rows_of_run, tables
 from models.db import EPOCH
+from models.enums import ExpiryPolicy
 from models.storable import id_at
 
 FLOWS = "bench.flows,bench.scale_flows"
@@ -100,8 +101,6 @@ W1_TARGET = 0.9
 MICROSECOND = timedelta(microseconds=1)
 TARGETS_MS = {"interrupts_list": 50.0, "inbox": 100.0}
 SWEEP_TARGET_SECONDS = 1.0
-# The expiry policies of bench.scale_flows' four flows, one each.
-POLICIES = ("expire", "cancel", "escalate", "default")
 
 
 @dataclass(frozen=True)
@@ -730,7 +729,8 @@ def run(
 
 
 def _due_template(policy: str | None) -> int | None:
-    """The template (``bench.scale_flows.ASKS``' order) whose expiry policy is ``policy``."""
+    """The template (``bench.scale_flows.ASKS``' order, one flow per expiry policy) whose
+    expiry policy is ``policy``."""
     from bench.scale_flows import ASKS
 
     if policy is None:
@@ -771,7 +771,7 @@ def report(result: dict[str, Any]) -> str:
             f"    {label:48s} {reads_ms[key]['median']:7.1f} / {reads_ms[key]['p99']:7.1f}"
         )
     lines.append(
-        f"  sweep of {sweep_['due']} due ({result.get('due_policy', 'mix')}): "
+        f"  sweep of {sweep_['due']} due ({result['due_policy']}): "
         f"{sweep_['seconds']:.2f} s ({sweep_['sweeps']} sweep(s)); "
         f"handled {sweep_['handled']}, "
         f"deferred {sweep_['deferred']}, failed {sweep_['failed']}, due after it "
@@ -812,7 +812,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5, help="W1 on each database, in turn")
     parser.add_argument(
         "--due-policy",
-        choices=POLICIES,
+        choices=[policy.value for policy in ExpiryPolicy],
         help="every due interrupt of this expiry policy (default: a quarter of each)",
     )
     parser.add_argument("--json", action="store_true", help="print the result as JSON")

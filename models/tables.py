@@ -49,6 +49,7 @@ NAMING = {
 
 FORKED = text("forked_from IS NOT NULL")
 KEYED = text("idempotency_key IS NOT NULL")
+PENDING_ONLY = text(f"status = '{InterruptStatus.PENDING.value}'")
 # The events that count as repeated work, as the index on them and the query that reads it both
 # say it (word for word: SQLite uses a partial index only for a query that repeats its terms).
 REPEATED_WORK_TRIGGERS = f"trigger IN ({', '.join(repr(kind.value) for kind in REPEATED_WORK)})"
@@ -270,8 +271,8 @@ class Interrupt(Base):
             "ix_interrupts_pending_created_at_id",
             "created_at",
             "id",
-            postgresql_where=text(f"status = '{InterruptStatus.PENDING.value}'"),
-            sqlite_where=text(f"status = '{InterruptStatus.PENDING.value}'"),
+            postgresql_where=PENDING_ONLY,
+            sqlite_where=PENDING_ONLY,
         ),
         # The pending ones by role (the inbox's ``roles ?| ...``): where an actor's roles have
         # few pending interrupts or none, the planner reads them here instead of walking every
@@ -281,7 +282,7 @@ class Interrupt(Base):
             "roles",
             postgresql_using="gin",
             postgresql_with={"fastupdate": "off"},
-            postgresql_where=text(f"status = '{InterruptStatus.PENDING.value}'"),
+            postgresql_where=PENDING_ONLY,
         ).ddl_if(dialect="postgresql"),
     )
 
