@@ -33,7 +33,6 @@ from sqlalchemy import (
     event,
     func,
     insert,
-    literal,
     select,
     text,
     true,
@@ -242,11 +241,6 @@ class Dialect:
     def epoch_seconds(self, timestamp: Any) -> Any:
         """``timestamp`` (a ``Timestamp`` column) as seconds since 1970, a number in SQL."""
         return func.extract("epoch", timestamp)
-
-    def holds_any(self, json_list: Any, values: Sequence[str]) -> Any:
-        """Whether ``json_list`` (a ``Json`` column holding a list of text) holds one of
-        ``values``: a condition the server checks, so rows it rejects never travel."""
-        return json_list.op("?|")(bindparam(None, list(values), type_=postgresql.ARRAY(Text)))
 
     def insert_unless_present(self, table: Table, *key: str) -> Insert:
         """An INSERT that writes nothing (no error) when ``key`` is already taken."""
@@ -490,10 +484,6 @@ class SQLiteDialect(Dialect):
     def epoch_seconds(self, timestamp: Any) -> Any:
         # Stored as naive UTC text, which julianday() reads; 2440587.5 is 1970-01-01's day.
         return (func.julianday(timestamp) - 2440587.5) * 86400.0
-
-    def holds_any(self, json_list: Any, values: Sequence[str]) -> Any:
-        element = func.json_each(json_list).table_valued("value")
-        return select(literal(1)).select_from(element).where(element.c.value.in_(values)).exists()
 
     def insert_unless_present(self, table: Table, *key: str) -> Insert:
         return sqlite.insert(table).on_conflict_do_nothing(index_elements=list(key))

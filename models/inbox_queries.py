@@ -1,9 +1,10 @@
 """Reads for the review inbox: the pending interrupts an actor may answer, oldest first.
 
-One query a page: pending interrupts in creation order (an index's), those of the actor's
-roles (a JSON list on the interrupt, which each backend matches its own way,
-``Dialect.holds_any``) and, for separation of duties, not of runs the actor started. Pages are
-keyed by ``(created_at, id)``: a cursor stays valid while interrupts are answered or added.
+One query a page: for each of the actor's roles, its pending interrupts in creation order
+(``pending_interrupt_roles``, a row per role of each pending interrupt, whose key is that
+order), without those of runs the actor started where separation of duties applies; then the
+oldest of them. Pages are keyed by ``(created_at, id)``: a cursor stays valid while interrupts
+are answered or added.
 """
 
 from __future__ import annotations
@@ -13,15 +14,15 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from sqlalchemy import and_, literal, or_, select
+from sqlalchemy import ColumnElement, Subquery, and_, literal, or_, select, union_all
 from sqlalchemy.exc import SQLAlchemyError
 
 from models.contracts import InterruptView
-from models.db import EPOCH, dialect, transaction, utcnow
+from models.db import EPOCH, transaction, utcnow
 from models.enums import InterruptKind, InterruptStatus
 from models.errors import InterludeError, InvalidInputError
 from models.settings import LONGEST_SECONDS
-from models.tables import Interrupt, Run
+from models.tables import Interrupt, PendingInterruptRole, Run
 
 MAX_PAGE = 200
 BAD_CURSOR = "cursor is not one this inbox returned"
@@ -29,6 +30,7 @@ BAD_CURSOR = "cursor is not one this inbox returned"
 # until the year 2286, well inside what a datetime holds) and that interrupt's id.
 CURSOR_PATTERN = r"^([0-9]{1,16})\.([0-9A-Za-z_-]{1,64})$"
 CURSOR = re.compile(CURSOR_PATTERN)
+ROLE = PendingInterruptRole
 
 
 @dataclass(frozen=True)
@@ -80,32 +82,28 @@ def answerable_interrupts(
     wanted = sorted(set(roles))
     if not 1 <= limit <= MAX_PAGE:
         raise InvalidInputError(detail=f"limit must be 1 to {MAX_PAGE}")
-    query = (
-        select(Interrupt)
-        .join(Run, Run.id == Interrupt.run_id)
-        .where(Interrupt.status == InterruptStatus.PENDING.value)
-        .order_by(Interrupt.created_at, Interrupt.id)
-        .limit(limit)
-    )
+    # Conditions on the role's rows (a range of their key) and on the interrupt and its run.
+    # The rows are the pending interrupts' only; the interrupt's own status is read anyway.
+    conditions: list[ColumnElement[bool]] = [Interrupt.status == InterruptStatus.PENDING.value]
     if kind is not None:
-        query = query.where(Interrupt.kind == _kind(kind).value)
+        conditions.append(Interrupt.kind == _kind(kind).value)
     now = utcnow()
     for age, newer in ((min_age, False), (max_age, True)):
         if age is None:
             continue
         edge = now - timedelta(seconds=checked_age(age))
-        query = query.where(Interrupt.created_at >= edge if newer else Interrupt.created_at <= edge)
+        conditions.append(ROLE.created_at >= edge if newer else ROLE.created_at <= edge)
     if cursor is not None:
         at, last_id = decode_cursor(cursor)
-        query = query.where(
+        conditions.append(
             or_(
-                Interrupt.created_at > at,
-                and_(Interrupt.created_at == at, Interrupt.id > last_id),
+                ROLE.created_at > at,
+                and_(ROLE.created_at == at, ROLE.interrupt_id > last_id),
             )
         )
     if actor_id:
         # Separation of duties: not the interrupts of runs this actor started.
-        query = query.where(
+        conditions.append(
             or_(
                 Interrupt.separate_from_starter.is_not(True),
                 Run.started_by.is_(None),
@@ -114,16 +112,35 @@ def answerable_interrupts(
         )
     if not wanted:
         return InboxPage([], None)
+    # Each role's first page, read in its key's order, then the oldest of them: the rows read
+    # are at most a page per role, however many other roles' interrupts are pending.
+    firsts = [select(_oldest(role, conditions, limit).c.interrupt_id) for role in wanted]
+    query = (
+        select(Interrupt)
+        .where(Interrupt.id.in_(firsts[0] if len(firsts) == 1 else union_all(*firsts)))
+        .order_by(Interrupt.created_at, Interrupt.id)
+        .limit(limit)
+    )
     with transaction(readonly=True) as session:
-        # The roles are matched by the server: a backlog of other roles' interrupts, older
-        # than this actor's, is passed over in the index instead of read row by row.
-        query = query.where(dialect(session).holds_any(Interrupt.roles, wanted))
         found = session.execute(query).scalars().all()
         items = [InterruptView.model_validate(i, from_attributes=True) for i in found]
     if len(items) < limit:
         return InboxPage(items, None)
     last = items[-1]
     return InboxPage(items, encode_cursor(last.created_at, last.id))
+
+
+def _oldest(role: str, conditions: list[ColumnElement[bool]], limit: int) -> Subquery:
+    """The ids of ``role``'s ``limit`` oldest pending interrupts that meet ``conditions``."""
+    return (
+        select(ROLE.interrupt_id)
+        .join(Interrupt, Interrupt.id == ROLE.interrupt_id)
+        .join(Run, Run.id == Interrupt.run_id)
+        .where(ROLE.role == role, *conditions)
+        .order_by(ROLE.created_at, ROLE.interrupt_id)
+        .limit(limit)
+        .subquery()
+    )
 
 
 def _kind(value: InterruptKind | str) -> InterruptKind:

@@ -274,17 +274,22 @@ class Interrupt(Base):
             postgresql_where=PENDING_ONLY,
             sqlite_where=PENDING_ONLY,
         ),
-        # The pending ones by role (the inbox's ``roles ?| ...``): where an actor's roles have
-        # few pending interrupts or none, the planner reads them here instead of walking every
-        # pending one in order (147 ms to 1.1 ms beside a million). PostgreSQL only.
-        Index(
-            "ix_interrupts_pending_roles",
-            "roles",
-            postgresql_using="gin",
-            postgresql_with={"fastupdate": "off"},
-            postgresql_where=PENDING_ONLY,
-        ).ddl_if(dialect="postgresql"),
     )
+
+
+class PendingInterruptRole(Base):
+    """A role of a pending interrupt: the inbox reads a role's pending interrupts oldest first
+    as a range of this key, whatever other roles hold (``models.inbox_queries``).
+
+    Triggers on ``interrupts`` keep it (migration ``pending_interrupt_roles``): a row for each
+    role of an interrupt while it is pending, none once it is not, whichever statement raised,
+    answered, expired, escalated, superseded or deleted it. Nothing writes it otherwise."""
+
+    __tablename__ = "pending_interrupt_roles"
+
+    role: Mapped[str] = mapped_column(String(200), primary_key=True)
+    created_at: Mapped[datetime] = mapped_column(Timestamp(), primary_key=True)
+    interrupt_id: Mapped[str] = mapped_column(String(32), primary_key=True)
 
 
 class Notification(Base):

@@ -6,9 +6,11 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from sqlalchemy import event
+from sqlalchemy import event, select
 
 from models.db import get_engine
+from models.enums import InterruptStatus
+from models.tables import Interrupt, PendingInterruptRole
 from worker.testing import TaskRecorder, recording
 
 # Statements sent to the database, each with its parameters.
@@ -38,3 +40,25 @@ def sent(db: str) -> Iterator[Sent]:
     event.listen(engine, "before_cursor_execute", record)
     yield seen
     event.remove(engine, "before_cursor_execute", record)
+
+
+@pytest.fixture(autouse=True)
+def _pending_roles_kept(request: pytest.FixtureRequest) -> Iterator[None]:
+    """After every test with a database: ``pending_interrupt_roles`` holds a row for each role
+    of each pending interrupt and nothing else, whatever the test raised, answered, expired,
+    escalated, cancelled or deleted (its triggers keep it; the inbox reads it)."""
+    yield
+    if "db" not in request.fixturenames:
+        return
+    with get_engine(request.getfixturevalue("database_url")).connect() as conn:
+        role = PendingInterruptRole
+        kept = set(conn.execute(select(role.role, role.created_at, role.interrupt_id)))
+        pending = select(Interrupt.id, Interrupt.created_at, Interrupt.roles).where(
+            Interrupt.status == InterruptStatus.PENDING.value
+        )
+        expected = {
+            (name, created_at, interrupt_id)
+            for interrupt_id, created_at, roles in conn.execute(pending)
+            for name in roles
+        }
+    assert kept == expected, "pending_interrupt_roles differs from the pending interrupts"

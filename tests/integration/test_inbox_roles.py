@@ -1,16 +1,30 @@
 """The inbox matches roles and separation of duties in the database: a page is one query whose
-rows are the page, however many older interrupts of other roles wait before it (issue 41: a
-million waiting runs, of which one team's backlog must not slow another team's inbox)."""
+rows are the page, read from the role's own rows (``pending_interrupt_roles``, kept by
+triggers), however many interrupts of other roles wait before it (issue 41: a million waiting
+runs, of which one team's backlog must not slow another team's inbox)."""
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 import pytest
+from sqlalchemy import delete, select, update
 
-from models.db import get_engine
+from models.contracts import InterruptView
+from models.db import get_engine, transaction, utcnow
 from models.inbox_queries import answerable_interrupts
-from worker import add_actor, enqueue_run, list_interrupts
+from models.tables import Interrupt, PendingInterruptRole
+from tests.resumes import approval_waiting_on_alice, contract_for, drain_pending
+from worker import (
+    add_actor,
+    cancel_run,
+    enqueue_run,
+    get_interrupt,
+    list_interrupts,
+    submit_resume,
+)
+from worker.engine.sweeps import sweep_report
 from worker.testing import TaskRecorder, drain
 
 pytestmark = pytest.mark.usefixtures("scratch")
@@ -86,24 +100,84 @@ def test_the_starter_of_a_run_does_not_see_an_interrupt_kept_from_them(
     assert {i.run_id for i in list_interrupts(status="pending")} == set(every)
 
 
-def test_on_postgresql_a_role_with_nothing_pending_is_looked_up_not_walked_to(
+def test_a_role_s_page_is_read_from_its_own_rows_not_walked_to(
     tasks: TaskRecorder, sent: Sent, backend: str
 ) -> None:
-    if backend != "postgresql":
-        pytest.skip("SQLite has no GIN index: its inbox walks the pending interrupts in order")
-    # Given many pending interrupts, none for the role asked about, and the table analyzed
-    # (as autovacuum keeps it)
-    _waiting("approval", 40)
+    # Given many pending interrupts of one role, older than one of another role, and the
+    # tables analyzed (as autovacuum keeps them)
+    _waiting("multi_gate", 40)
+    (mine,) = _waiting("approval", 1)
     with get_engine().connect() as conn:
-        conn.execution_options(isolation_level="AUTOCOMMIT").exec_driver_sql("ANALYZE interrupts")
-    # When an actor holding only that role reads the inbox
+        conn.execution_options(isolation_level="AUTOCOMMIT").exec_driver_sql("ANALYZE")
+    # When an actor holding the young role, and one holding a role with nothing pending, read
+    # their inboxes
     sent.clear()
+    assert [i.run_id for i in answerable_interrupts(["approver"]).items] == [mine]
     assert answerable_interrupts(["auditor"]).items == []
-    # Then the planner reads the role's pending interrupts from the roles index, rather than
-    # walking every pending interrupt in order
-    ((statement, params),) = _reads_of_interrupts(sent)
+    # Then each page is a range of the role's own rows: no pending interrupt is walked to it,
+    # even where the planner would rather read a small table whole
+    for statement, params in _reads_of_interrupts(sent):
+        plan = _plan(statement, params, backend)
+        assert "pending_interrupt_roles" in plan and "ix_interrupts_pending" not in plan, plan
+
+
+def _plan(statement: str, params: Any, backend: str) -> str:
     with get_engine().connect() as conn:
-        conn.exec_driver_sql("SET enable_seqscan = off")
-        plan = "\n".join(r[0] for r in conn.exec_driver_sql(f"EXPLAIN {statement}", params))
+        if backend == "postgresql":
+            conn.exec_driver_sql("SET enable_seqscan = off")
+            rows = conn.exec_driver_sql(f"EXPLAIN {statement}", params)
+            plan = "\n".join(r[0] for r in rows)
+        else:
+            rows = conn.exec_driver_sql(f"EXPLAIN QUERY PLAN {statement}", params)
+            plan = "\n".join(str(r[-1]) for r in rows)
         conn.rollback()
-    assert "ix_interrupts_pending_roles" in plan, plan
+    return plan
+
+
+def _kept(interrupt_id: str) -> list[str]:
+    """The roles ``pending_interrupt_roles`` holds for ``interrupt_id``."""
+    role = PendingInterruptRole
+    with transaction(readonly=True) as session:
+        query = select(role.role).where(role.interrupt_id == interrupt_id).order_by(role.role)
+        return list(session.execute(query).scalars())
+
+
+def test_a_pending_interrupt_has_a_row_per_role_until_it_is_no_longer_pending(
+    tasks: TaskRecorder,
+) -> None:
+    # Given interrupts raised for approvers, one of which escalates to managers when due
+    answered = approval_waiting_on_alice()
+    ops = add_actor("ops", ["operator"])
+    _, escalated = _waiting_on("expiring", policy="escalate", expires_in=60)
+    _, expiring = _waiting_on("expiring", policy="expire", expires_in=60)
+    cancelled_run, cancelled = _waiting_on("approval")
+    _, deleted = _waiting_on("approval")
+    _, moved = _waiting_on("approval")
+    for interrupt in (answered.interrupt, escalated, expiring, cancelled, deleted, moved):
+        assert _kept(interrupt.id) == ["approver"]
+    # When one is answered, one escalates and one expires at the sweep, one's run is
+    # cancelled, one is deleted and one's roles are changed where it is
+    result = submit_resume(contract_for(answered.interrupt, "alice"), answered.credential)
+    assert result.accepted, result.reason
+    sweep_report(now=utcnow() + timedelta(minutes=5))
+    cancel_run(cancelled_run, actor="ops", credential=ops)
+    with transaction() as session:
+        session.execute(delete(Interrupt).where(Interrupt.id == deleted.id))
+        moved_to = ["legal", "approver", "legal"]
+        session.execute(update(Interrupt).where(Interrupt.id == moved.id).values(roles=moved_to))
+    drain()
+    # Then those no longer pending have no rows left, the one whose roles changed has a row
+    # for each of its new roles, and the escalation (a new interrupt) one for managers
+    for interrupt in (answered.interrupt, escalated, expiring, cancelled, deleted):
+        assert _kept(interrupt.id) == [], interrupt
+    assert _kept(moved.id) == ["approver", "legal"]
+    escalation = get_interrupt(escalated.id).superseded_by
+    assert escalation is not None and _kept(escalation) == ["manager"]
+    # And the inbox follows
+    assert [i.id for i in answerable_interrupts(["manager"]).items] == [escalation]
+    assert [i.id for i in answerable_interrupts(["legal", "approver"]).items] == [moved.id]
+
+
+def _waiting_on(flow: str, **run_input: Any) -> tuple[str, InterruptView]:
+    run_id = enqueue_run(flow, run_input)
+    return run_id, drain_pending(run_id)

@@ -84,3 +84,20 @@ def test_the_due_runs_copy_one_template_when_a_policy_is_asked_for() -> None:
     assert [n for place in places[:3] for n in place.n if n < 10] == []
     assert sorted(n for place in places for n in place.n) == list(range(100))
     assert places[0].n == [n for n in range(10, 100) if n % 4 == 0]
+
+
+def test_grouped_runs_copy_each_template_in_a_block_the_first_template_s_the_youngest() -> None:
+    # Given four templates and a grouped spread of 90 runs not due after 10 due ones
+    tpls: list[Any] = [
+        SimpleNamespace(lasts=lasts, asked=NOW - 40 * DAY, ids=["r"]) for lasts in LASTS
+    ]
+    spread = Spread(total=100, due=10, now=NOW, grouped=True)
+    places = placements(spread, tpls, 0, 100)
+    # Then the due ones take turns among the other templates, and the others copy one
+    # template per block, the last template's first (oldest) and the first template's last
+    assert [n for n in places[1].n if n < 10] == [0, 3, 6, 9]
+    assert [n for n in places[0].n if n < 10] == []
+    not_due = [[n for n in place.n if n >= 10] for place in places]
+    assert not_due[3] == list(range(10, 33)) and not_due[0] == list(range(78, 100))
+    assert sorted(n for place in places for n in place.n) == list(range(100))
+    assert max(not_due[0]) == 99 and min(not_due[0]) > max(not_due[1])
