@@ -12,7 +12,7 @@ import pytest
 from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
-from sqlalchemy import insert, text
+from sqlalchemy import insert, inspect, select, text
 from sqlalchemy.exc import IntegrityError
 
 from models.db import dispose_engines, get_engine, transaction, utcnow
@@ -28,8 +28,10 @@ from models.enums import (
 )
 from models.migrate import alembic_config, current_head, upgrade
 from models.queries import repeated_work
-from models.tables import Base, Event, Run
+from models.tables import Base, Event, Interrupt, PendingInterruptRole, Run
 from tests.services import create_pg_database, each_statement
+
+ROLE = PendingInterruptRole
 
 
 def _ours(name: str | None, type_: str, parent_names: object) -> bool:
@@ -247,3 +249,68 @@ def test_a_key_starts_one_run_and_only_keyed_runs_are_in_its_index_on_postgresql
             assert "CONSTRAINT uq_runs_idempotency_key UNIQUE (idempotency_key)" in sql
         conn.execute(text("DELETE FROM runs WHERE id LIKE 'nokey%' OR id = 'keyed1'"))
         conn.commit()
+
+
+def test_the_interrupts_pending_before_the_upgrade_get_their_role_rows(fresh_url: str) -> None:
+    # Given a database before pending_interrupt_roles, with two pending interrupts (one of two
+    # roles, named twice) and an answered one
+    upgrade(fresh_url)
+    command.downgrade(alembic_config(fresh_url), "interrupts_pending_roles")
+    engine = get_engine(fresh_url)
+    now = utcnow()
+    asked = {"alone": ["approver"], "twice": ["legal", "approver", "legal"], "done": ["approver"]}
+    with engine.begin() as conn:
+        conn.execute(
+            insert(Run.__table__).values(
+                id="run-roles-1",
+                flow_name="f",
+                flow_version=1,
+                state="waiting",
+                input={},
+                created_at=now,
+                updated_at=now,
+            )
+        )
+        for name, roles in asked.items():
+            conn.execute(insert(Interrupt.__table__).values(**_interrupt(name, roles, now)))
+    # When it is upgraded
+    upgrade(fresh_url)
+    # Then each pending interrupt has a row per role, and the answered one none
+    with engine.connect() as conn:
+        rows = conn.execute(select(ROLE.interrupt_id, ROLE.role))
+        assert sorted(tuple(row) for row in rows) == [
+            ("alone", "approver"),
+            ("twice", "approver"),
+            ("twice", "legal"),
+        ]
+    # And the way back drops the table and its triggers: interrupts are written as before
+    command.downgrade(alembic_config(fresh_url), "interrupts_pending_roles")
+    with engine.begin() as conn:
+        conn.execute(insert(Interrupt.__table__).values(**_interrupt("after", ["x"], now)))
+        assert "pending_interrupt_roles" not in inspect(conn).get_table_names()
+    upgrade(fresh_url)
+
+
+def _interrupt(name: str, roles: list[str], now: Any) -> dict[str, Any]:
+    return {
+        "id": name,
+        "run_id": "run-roles-1",
+        "name": name,
+        "kind": "approval",
+        "status": "resolved" if name == "done" else "pending",
+        "reason": "",
+        "step": "s",
+        "checkpoint_id": "c",
+        "state_version": 1,
+        "flow_version": 1,
+        "schema_name": "s",
+        "schema_version": 1,
+        "json_schema": {},
+        "roles": roles,
+        "evidence_hash": "h",
+        "separate_from_starter": False,
+        "deadline": now,
+        "on_expiry": "expire",
+        "escalation_level": 0,
+        "created_at": now,
+    }
