@@ -35,7 +35,7 @@ PENDING = "'pending'"
 # status or the roles changed and the interrupt was or is pending (the WHEN below), so that
 # the updates of a pending interrupt's other columns cost nothing here. A lone role, as most
 # interrupts have, is one row written or deleted by its key, without expanding the list into a
-# set of rows: a W1 run (one interrupt raised, then answered) cost the server 3.0 % more
+# set of rows: a W1 run (one interrupt raised, then answered) cost the server 3.1 % more
 # instructions with these triggers than with the GIN index, against 4.8 % expanding it.
 PG_FUNCTION = f"""
 CREATE FUNCTION pending_interrupt_roles_kept() RETURNS trigger LANGUAGE plpgsql AS $$
