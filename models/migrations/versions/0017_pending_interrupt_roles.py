@@ -89,10 +89,10 @@ WHERE i.status = {PENDING}
 """
 
 # SQLite: the same, a trigger per event (its triggers have no function to share).
-SQLITE_INSERT_ROWS = """
+SQLITE_INSERT_ROWS = f"""
     INSERT INTO pending_interrupt_roles (role, created_at, interrupt_id)
     SELECT DISTINCT value, NEW.created_at, NEW.id FROM json_each(NEW.roles)
-    WHERE NEW.status = {pending};"""
+    WHERE NEW.status = {PENDING};"""
 SQLITE_DELETE_ROWS = """
     DELETE FROM pending_interrupt_roles
     WHERE role IN (SELECT value FROM json_each(OLD.roles))
@@ -100,13 +100,13 @@ SQLITE_DELETE_ROWS = """
 SQLITE_TRIGGERS = [
     f"""CREATE TRIGGER pending_interrupt_roles_on_insert AFTER INSERT ON interrupts
     FOR EACH ROW WHEN NEW.status = {PENDING}
-    BEGIN{SQLITE_INSERT_ROWS.format(pending=PENDING)}
+    BEGIN{SQLITE_INSERT_ROWS}
     END""",
     f"""CREATE TRIGGER pending_interrupt_roles_on_update AFTER UPDATE OF status, roles
     ON interrupts FOR EACH ROW
     WHEN (OLD.status = {PENDING} OR NEW.status = {PENDING})
          AND (OLD.status IS NOT NEW.status OR OLD.roles IS NOT NEW.roles)
-    BEGIN{SQLITE_DELETE_ROWS}{SQLITE_INSERT_ROWS.format(pending=PENDING)}
+    BEGIN{SQLITE_DELETE_ROWS}{SQLITE_INSERT_ROWS}
     END""",
     f"""CREATE TRIGGER pending_interrupt_roles_on_delete AFTER DELETE ON interrupts
     FOR EACH ROW WHEN OLD.status = {PENDING}
