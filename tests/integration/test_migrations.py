@@ -142,17 +142,7 @@ def test_actors_that_acted_as_services_stay_services_after_the_upgrade(fresh_url
     engine = get_engine(fresh_url)
     now = utcnow()
     with engine.begin() as conn:
-        conn.execute(
-            insert(Run.__table__).values(
-                id="run-kinds-1",
-                flow_name="f",
-                flow_version=1,
-                state="running",
-                input={},
-                created_at=now,
-                updated_at=now,
-            )
-        )
+        conn.execute(insert(Run.__table__).values(**_run("run-kinds-1", "running", now)))
         for actor in ("service:bot", "human:alice", "system:expiry", "service:not-an-actor"):
             conn.execute(
                 insert(Event.__table__).values(
@@ -260,17 +250,7 @@ def test_the_interrupts_pending_before_the_upgrade_get_their_role_rows(fresh_url
     now = utcnow()
     asked = {"alone": ["approver"], "twice": ["legal", "approver", "legal"], "done": ["approver"]}
     with engine.begin() as conn:
-        conn.execute(
-            insert(Run.__table__).values(
-                id="run-roles-1",
-                flow_name="f",
-                flow_version=1,
-                state="waiting",
-                input={},
-                created_at=now,
-                updated_at=now,
-            )
-        )
+        conn.execute(insert(Run.__table__).values(**_run("run-roles-1", "waiting", now)))
         for name, roles in asked.items():
             conn.execute(insert(Interrupt.__table__).values(**_interrupt(name, roles, now)))
     # When it is upgraded
@@ -289,6 +269,19 @@ def test_the_interrupts_pending_before_the_upgrade_get_their_role_rows(fresh_url
         conn.execute(insert(Interrupt.__table__).values(**_interrupt("after", ["x"], now)))
         assert "pending_interrupt_roles" not in inspect(conn).get_table_names()
     upgrade(fresh_url)
+
+
+def _run(run_id: str, state: str, now: Any) -> dict[str, Any]:
+    """A run's row with the columns a migration test needs (the others have defaults)."""
+    return {
+        "id": run_id,
+        "flow_name": "f",
+        "flow_version": 1,
+        "state": state,
+        "input": {},
+        "created_at": now,
+        "updated_at": now,
+    }
 
 
 def _interrupt(name: str, roles: list[str], now: Any) -> dict[str, Any]:
