@@ -13,6 +13,11 @@ escalates, supersedes, cancels or deletes an interrupt keeps it without a statem
 own: a row per role while the interrupt is pending, none once it is not. The GIN index of 0016
 is dropped: the role's rows answer an empty inbox too.
 
+Creating the triggers locks writes to ``interrupts`` until the migration commits, and the
+table is filled from the pending interrupts in the same transaction: 4.8 s for a million
+pending interrupts on the project's machine, into 101 MB. Raising and answering interrupts
+wait that long; nothing is lost.
+
 Revision ID: pending_interrupt_roles
 Revises: interrupts_pending_roles
 Create Date: 2026-12-07 13:40:00
