@@ -15,6 +15,7 @@ from models.contracts import InterruptView
 from models.db import get_engine, transaction, utcnow
 from models.inbox_queries import answerable_interrupts
 from models.tables import Interrupt, PendingInterruptRole
+from tests.plans import explain
 from tests.resumes import approval_waiting_on_alice, contract_for, drain_pending
 from worker import (
     add_actor,
@@ -101,7 +102,7 @@ def test_the_starter_of_a_run_does_not_see_an_interrupt_kept_from_them(
 
 
 def test_a_role_s_page_is_read_from_its_own_rows_not_walked_to(
-    tasks: TaskRecorder, sent: Sent, backend: str
+    tasks: TaskRecorder, sent: Sent
 ) -> None:
     # Given many pending interrupts of one role, older than one of another role, and the
     # tables analyzed (as autovacuum keeps them)
@@ -117,21 +118,8 @@ def test_a_role_s_page_is_read_from_its_own_rows_not_walked_to(
     # Then each page is a range of the role's own rows: no pending interrupt is walked to it,
     # even where the planner would rather read a small table whole
     for statement, params in _reads_of_interrupts(sent):
-        plan = _plan(statement, params, backend)
+        plan = explain(statement, params)
         assert "pending_interrupt_roles" in plan and "ix_interrupts_pending" not in plan, plan
-
-
-def _plan(statement: str, params: Any, backend: str) -> str:
-    with get_engine().connect() as conn:
-        if backend == "postgresql":
-            conn.exec_driver_sql("SET enable_seqscan = off")
-            rows = conn.exec_driver_sql(f"EXPLAIN {statement}", params)
-            plan = "\n".join(r[0] for r in rows)
-        else:
-            rows = conn.exec_driver_sql(f"EXPLAIN QUERY PLAN {statement}", params)
-            plan = "\n".join(str(r[-1]) for r in rows)
-        conn.rollback()
-    return plan
 
 
 def _kept(interrupt_id: str) -> list[str]:

@@ -10,28 +10,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from models.db import get_engine
 from models.inbox_queries import answerable_interrupts
+from tests.plans import explain
 from worker import add_actor, enqueue_run, list_interrupts
 from worker.testing import TaskRecorder, drain
 
 # What the ``sent`` fixture (tests/integration/conftest.py) records: statements, with parameters.
 Sent = list[tuple[str, Any]]
-
-
-def _plan(statement: str, params: Any) -> str:
-    """The plan of ``statement``, the planner kept from sorting (and, on PostgreSQL, from
-    scanning the whole table) wherever another plan exists."""
-    engine = get_engine()
-    with engine.connect() as conn:
-        if engine.dialect.name == "postgresql":
-            conn.exec_driver_sql("SET enable_sort = off")
-            conn.exec_driver_sql("SET enable_seqscan = off")
-            rows = conn.exec_driver_sql(f"EXPLAIN {statement}", params).all()
-            conn.rollback()
-        else:
-            rows = conn.exec_driver_sql(f"EXPLAIN QUERY PLAN {statement}", params).all()
-    return "\n".join(str(row[-1]) for row in rows)
 
 
 def _sorts(plan: str) -> bool:
@@ -65,5 +50,5 @@ def test_the_interrupts_listing_and_the_inbox_read_their_first_page_in_index_ord
     # Then each reads them in order from an index: nothing sorts them
     if backend == "sqlite":
         reads = {"interrupts list": reads["interrupts list"]}
-    plans = {name: _plan(*read) for name, read in reads.items()}
+    plans = {name: explain(*read, sorting=False) for name, read in reads.items()}
     assert {name: plan for name, plan in plans.items() if _sorts(plan)} == {}

@@ -74,9 +74,7 @@ def test_the_bulks_ids_are_made_when_their_runs_asked_so_they_cover_every_prefix
 
 def test_the_due_runs_copy_one_template_when_a_policy_is_asked_for() -> None:
     # Given four templates and a spread whose due runs copy the last one (--due-policy)
-    tpls: list[Any] = [
-        SimpleNamespace(lasts=lasts, asked=NOW - 40 * DAY, ids=["r"]) for lasts in LASTS
-    ]
+    tpls = _four_templates()
     spread = Spread(total=100, due=10, now=NOW, due_template=3)
     places = placements(spread, tpls, 0, 100)
     # Then runs 0 to 9 (the due ones) all copy it, and the others still take turns
@@ -88,9 +86,7 @@ def test_the_due_runs_copy_one_template_when_a_policy_is_asked_for() -> None:
 
 def test_grouped_runs_copy_each_template_in_a_block_the_first_template_s_the_youngest() -> None:
     # Given four templates and a grouped spread of 90 runs not due after 10 due ones
-    tpls: list[Any] = [
-        SimpleNamespace(lasts=lasts, asked=NOW - 40 * DAY, ids=["r"]) for lasts in LASTS
-    ]
+    tpls = _four_templates()
     spread = Spread(total=100, due=10, now=NOW, grouped=True)
     places = placements(spread, tpls, 0, 100)
     # Then the due ones take turns among the other templates, and the others copy one
@@ -101,3 +97,8 @@ def test_grouped_runs_copy_each_template_in_a_block_the_first_template_s_the_you
     assert not_due[3] == list(range(10, 33)) and not_due[0] == list(range(78, 100))
     assert sorted(n for place in places for n in place.n) == list(range(100))
     assert max(not_due[0]) == 99 and min(not_due[0]) > max(not_due[1])
+
+
+def _four_templates() -> list[Any]:
+    """Templates as ``placements`` reads them, one per ask duration of LASTS."""
+    return [SimpleNamespace(lasts=lasts, asked=NOW - 40 * DAY, ids=["r"]) for lasts in LASTS]
