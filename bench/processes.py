@@ -168,18 +168,26 @@ def floor_app(name: str, queue: str, *, task_events: bool | None = None) -> Cele
     JSON only, late acks, prefetch 1, task events (the worker's and task-sent) as interlude's
     settings say (``INTERLUDE_TASK_EVENTS``) unless ``task_events`` is given, no results (one
     disabled backend shared by a worker's threads), and interlude's Redis transport (one
-    command client per channel); its tasks go to ``queue`` on the bench's broker. The floors
-    measure Celery alone with these settings, doing no durable work.
+    command client per channel) with interlude's transport options (no acknowledgement
+    emulation); its tasks go to ``queue`` on the bench's broker. The floors measure Celery
+    alone with these settings, doing no durable work. (Until 2026-12-07 they lacked the
+    transport options, and every floor paid kombu's acknowledgement emulation, which interlude
+    turned off on 2026-12-03: two more Redis round trips a task. tests/unit/test_bench_floor_app
+    holds the two configurations together.)
     """
     from celery import Celery
 
     from models.settings import get_settings
     from worker.engine import redis_transport
+    from worker.engine.broker_options import broker_options
 
-    events = get_settings().task_events if task_events is None else task_events
+    url = os.environ.get("BENCH_BROKER_URL", BROKER_URL)
+    settings = get_settings().model_copy(update={"broker_url": url})
+    events = settings.task_events if task_events is None else task_events
 
-    app = Celery(name, broker=os.environ.get("BENCH_BROKER_URL", BROKER_URL))
+    app = Celery(name, broker=url)
     app.conf.update(
+        broker_transport_options=broker_options(settings),
         task_serializer="json",
         accept_content=["json"],
         event_serializer="json",

@@ -7,8 +7,9 @@ import pytest
 from models.errors import ConfigurationError
 from models.settings import Settings, get_settings, reset_settings
 from worker import app
-from worker.app import BROKER_SOCKET_TIMEOUT, broker_options, create_app
+from worker.app import create_app
 from worker.engine import dispatch
+from worker.engine.broker_options import BROKER_SOCKET_TIMEOUT, broker_options
 from worker.engine.tasknames import QUEUE_MAINTENANCE, QUEUE_NOTIFY, QUEUE_RESUMES, QUEUE_STEPS
 
 

@@ -101,7 +101,8 @@ def run_story(flow_module: str, title: str, story: Callable[[Settings], None]) -
 @contextmanager
 def _embedded(env: dict[str, str]) -> Iterator[Settings]:
     """Point this process (settings, engines, the Celery app) at the demo's folder, then back."""
-    from worker.app import app, broker_options, broker_url
+    from worker.app import app, broker_url
+    from worker.engine.broker_options import broker_options
 
     saved_env = {key: os.environ.get(key) for key in env}
     keys = ("broker_url", "broker_transport_options", "task_send_sent_event")
