@@ -129,9 +129,10 @@ class Settings(BaseSettings):
     """Celery broker: Redis (`redis://host:6379/0`) or RabbitMQ (`amqp://user:password@host//`)
     in production; the default is kombu's filesystem broker (no server)."""
     broker_transport_options: dict[str, Any] = Field(default_factory=dict)
-    """Celery's broker transport options, a JSON object, over interlude's own (worker.app's
-    broker options; for Redis: no acknowledgement emulation, 5 s socket timeouts); e.g.
-    `{"master_name": "mymaster"}` for a `sentinel://` URL. Never printed in errors."""
+    """Celery's broker transport options, a JSON object, over interlude's own
+    (worker.engine.broker_options; for Redis: no acknowledgement emulation, 5 s socket
+    timeouts); e.g. `{"master_name": "mymaster"}` for a `sentinel://` URL. Never printed in
+    errors."""
     broker_folder: Path = DEFAULT_HOME / "broker"
     """Folder of the filesystem broker (the embedded default)."""
     flows: str = ""

@@ -10,12 +10,12 @@ watching) four events more a task. A client holds no connection of its own: each
 one from the channel's pool and gives it back, so one client serves all of a channel's
 commands. A channel that replaces its pool (after a lost connection) gets a new client with it.
 
-Without acknowledgement emulation (``worker.app``), the messages a worker holds (running or
-prefetched) are in its memory only. When the channel closes, kombu puts them back on their
-queues; when it closes because Redis went away, that fails, and kombu pickled them to a file in
-the temporary folder that nothing ever reads (one per lost connection). Here a failed restore
-is one warning line instead: the database is the outbox, and the reaper republishes the runs
-(and the notifications) those messages were for.
+Without acknowledgement emulation (``worker.engine.broker_options``), the messages a worker
+holds (running or prefetched) are in its memory only. When the channel closes, kombu puts them
+back on their queues; when it closes because Redis went away, that fails, and kombu pickled
+them to a file in the temporary folder that nothing ever reads (one per lost connection). Here
+a failed restore is one warning line instead: the database is the outbox, and the reaper
+republishes the runs (and the notifications) those messages were for.
 
 ``worker.app`` makes it the transport of ``redis://`` and ``rediss://`` URLs; kombu imports
 this module when a connection to one is first made.
