@@ -110,8 +110,10 @@ def w1_systems(
             DBOS: lambda: rivals.run(python, "rival_dbos_w1.py", runs, setup=True, count=True),
         }
     other = "prefork" if pool == "solo" else "solo"
+    # interlude and its record floor with their CPU by process (read from /proc at the timed
+    # part's ends): what interlude's Python costs above the floor, process by process.
     return {
-        INTERLUDE: lambda: _ours("bench.w1", "--runs", str(runs), "--pool", pool),
+        INTERLUDE: lambda: _ours("bench.w1", "--runs", str(runs), "--pool", pool, "--cpu"),
         f"interlude, {POOL_NAMES[other]}": lambda: _ours(
             "bench.w1", "--runs", str(runs), "--pool", other
         ),
@@ -120,7 +122,9 @@ def w1_systems(
         IN_PROCESS: lambda: _ours("bench.w1_in_process", "--runs", str(runs)),
         COMMITS: lambda: _ours("bench.w1_commit_floor", "--runs", str(runs)),
         DURABLE_FLOOR: lambda: _ours("bench.w1_durable_floor", "--runs", str(runs), "--pool", pool),
-        RECORD_FLOOR: lambda: _ours("bench.w1_record_floor", "--runs", str(runs), "--pool", pool),
+        RECORD_FLOOR: lambda: _ours(
+            "bench.w1_record_floor", "--runs", str(runs), "--pool", pool, "--cpu"
+        ),
     }
 
 
@@ -316,6 +320,30 @@ def by_process_table(results: dict[str, list[dict[str, Any]]]) -> str:
     return "\n".join(lines)
 
 
+def above_the_record_floor(results: dict[str, list[dict[str, Any]]]) -> str | None:
+    """A Markdown table of interlude's and its record floor's CPU per run by process on one
+    lane (ms, the median of the rounds), and their difference: where interlude's Python
+    costs what the floor, sending the same statements from the same processes, does not."""
+    medians: dict[str, list[float]] = {}
+    for name in (INTERLUDE, RECORD_FLOOR):
+        spent = [
+            {role: 1000 * r["cpu"][role] / r["runs"] for role in ROLES}
+            for r in results.get(name, [])
+            if "cpu" in r
+        ]
+        if not spent:
+            return None
+        medians[name] = [statistics.median(s[role] for s in spent) for role in ROLES]
+    head = "| one lane, CPU ms / run by process (median) | " + " | ".join(ROLES) + " |"
+    lines = [head, _rule(head)]
+    for name, values in medians.items():
+        lines.append(f"| {name} | " + " | ".join(f"{v:.2f}" for v in values) + " |")
+    above = [ours - floor for ours, floor in zip(*medians.values(), strict=True)]
+    said = " | ".join(f"{v:+.2f}" for v in above)
+    lines.append(f"| interlude above the record floor | {said} |")
+    return "\n".join(lines)
+
+
 def _rule(head: str) -> str:
     return "|" + " --- |" * (head.count("|") - 1)
 
@@ -374,7 +402,7 @@ def main() -> None:
             ),
             "",
         ]
-        for line in (hop_plus_work(rates), cpu_floor(cpu)):
+        for line in (hop_plus_work(rates), cpu_floor(cpu), above_the_record_floor(results)):
             if line:
                 out += [line, ""]
         if costs:

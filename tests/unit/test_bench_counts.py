@@ -3,6 +3,8 @@ the CPU by process."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from pytest import approx
 
 from bench.compare import (
@@ -13,6 +15,7 @@ from bench.compare import (
     INTERLUDE,
     LG_SYNC,
     RECORD_FLOOR,
+    above_the_record_floor,
     by_process_table,
     cpu_floor,
     hop_plus_work,
@@ -129,3 +132,32 @@ def test_the_cpu_by_process_is_each_roles_median_over_the_rounds() -> None:
     assert lines[0].startswith("| CPU ms / run by process (median) | caller | worker parent |")
     assert lines[2] == "| interlude | 2.20 | 0.00 | 0.00 | 3.00 | 0.00 | 0.00 |"
     assert len(lines) == 3
+
+
+def test_one_lane_by_process_says_what_interlude_spends_above_its_record_floor() -> None:
+    # Given rounds of 500 runs whose CPU is read as seconds by role (bench.w1 --cpu)
+    def spent(caller: float, worker: float, postgres: float) -> dict[str, Any]:
+        roles = dict.fromkeys(ROLES, 0.0)
+        cpu = {**roles, "caller": caller, "worker parent": worker, "postgres": postgres}
+        return {"rate": 1.0, "runs": 500, "cpu": cpu}
+
+    results = {
+        INTERLUDE: [spent(0.9, 1.4, 1.3), spent(1.0, 1.5, 1.2), spent(1.1, 1.6, 1.4)],
+        RECORD_FLOOR: [spent(0.5, 0.8, 1.3), spent(0.6, 0.9, 1.2)],
+        LG_SYNC: [{"rate": 1.0, "runs": 500}],
+    }
+
+    lines = (above_the_record_floor(results) or "").splitlines()
+
+    # Then each role's median in ms a run, and interlude's excess over the floor's
+    assert lines[0].startswith("| one lane, CPU ms / run by process (median) | caller |")
+    assert lines[2] == "| interlude | 2.00 | 3.00 | 0.00 | 2.60 | 0.00 | 0.00 |"
+    assert lines[3] == f"| {RECORD_FLOOR} | 1.10 | 1.70 | 0.00 | 2.50 | 0.00 | 0.00 |"
+    assert lines[4] == (
+        "| interlude above the record floor | +0.90 | +1.30 | +0.00 | +0.10 | +0.00 | +0.00 |"
+    )
+
+
+def test_without_the_floors_cpu_nothing_is_said_above_it() -> None:
+    results = {INTERLUDE: [{"rate": 1.0, "runs": 500, "cpu": dict.fromkeys(ROLES, 1.0)}]}
+    assert above_the_record_floor(results) is None
