@@ -306,42 +306,49 @@ def rate_table(
     return "\n".join(lines)
 
 
-def by_process_table(results: dict[str, list[dict[str, Any]]]) -> str:
+def by_process_table(
+    results: dict[str, list[dict[str, Any]]], title: str = "CPU ms / run by process (median)"
+) -> str:
     """A Markdown table of who spent the machine's CPU per run (ms, the median of the rounds):
     the measured processes (interlude's callers; a rival's processes, which do all its Python),
     interlude's workers, PostgreSQL, Redis, the rest."""
-    head = "| CPU ms / run by process (median) | " + " | ".join(ROLES) + " |"
+    head = f"| {title} | " + " | ".join(ROLES) + " |"
     lines = [head, _rule(head)]
+    for name, medians in _role_medians(results).items():
+        lines.append(f"| {name} | " + " | ".join(f"{m:.2f}" for m in medians) + " |")
+    return "\n".join(lines)
+
+
+def _role_medians(results: dict[str, list[dict[str, Any]]]) -> dict[str, list[float]]:
+    """Each system's CPU ms per run by role (``ROLES``' order), the median of its rounds that
+    measured it; systems whose rounds did not are left out."""
+    found: dict[str, list[float]] = {}
     for name, rounds in results.items():
         spent = [r["cpu_ms_per_run_by_role"] for r in rounds if "cpu_ms_per_run_by_role" in r]
         if spent:
-            medians = [statistics.median(s[role] for s in spent) for role in ROLES]
-            lines.append(f"| {name} | " + " | ".join(f"{m:.2f}" for m in medians) + " |")
-    return "\n".join(lines)
+            found[name] = [statistics.median(s[role] for s in spent) for role in ROLES]
+    return found
 
 
 def above_the_record_floor(results: dict[str, list[dict[str, Any]]]) -> str | None:
-    """A Markdown table of interlude's and its record floor's CPU per run by process on one
-    lane (ms, the median of the rounds), and their difference: where interlude's Python
-    costs what the floor, sending the same statements from the same processes, does not."""
-    medians: dict[str, list[float]] = {}
-    for name in (INTERLUDE, RECORD_FLOOR):
-        spent = [
-            {role: 1000 * r["cpu"][role] / r["runs"] for role in ROLES}
+    """``by_process_table`` of interlude and its record floor on one lane, and their
+    difference: where interlude's Python costs what the floor, sending the same statements
+    from the same processes, does not. (One lane's rounds read CPU seconds by role, ``cpu``.)"""
+    per_run = {
+        name: [
+            {"cpu_ms_per_run_by_role": {role: 1000 * r["cpu"][role] / r["runs"] for role in ROLES}}
             for r in results.get(name, [])
             if "cpu" in r
         ]
-        if not spent:
-            return None
-        medians[name] = [statistics.median(s[role] for s in spent) for role in ROLES]
-    head = "| one lane, CPU ms / run by process (median) | " + " | ".join(ROLES) + " |"
-    lines = [head, _rule(head)]
-    for name, values in medians.items():
-        lines.append(f"| {name} | " + " | ".join(f"{v:.2f}" for v in values) + " |")
+        for name in (INTERLUDE, RECORD_FLOOR)
+    }
+    medians = _role_medians(per_run)
+    if len(medians) < 2:
+        return None
     above = [ours - floor for ours, floor in zip(*medians.values(), strict=True)]
     said = " | ".join(f"{v:+.2f}" for v in above)
-    lines.append(f"| interlude above the record floor | {said} |")
-    return "\n".join(lines)
+    table = by_process_table(per_run, "one lane, CPU ms / run by process (median)")
+    return f"{table}\n| interlude above the record floor | {said} |"
 
 
 def _rule(head: str) -> str:
