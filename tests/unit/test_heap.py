@@ -1,4 +1,4 @@
-"""A worker's start-up objects are frozen out of full garbage collections
+"""A worker's and `interlude serve`'s start-up objects are frozen out of full garbage collections
 (``worker.engine.heap``)."""
 
 from __future__ import annotations
@@ -73,3 +73,16 @@ def _receivers(signal: Signal) -> list[Callable[..., Any]]:
 def test_the_worker_freezes_once_ready_and_in_each_pool_child() -> None:
     assert freeze_startup_heap in _receivers(worker_ready)
     assert freeze_inherited_heap in _receivers(worker_process_init)
+
+
+def test_interlude_serve_freezes_its_start_up_objects_before_it_serves(unfrozen: None) -> None:
+    from models.settings import get_settings
+    from worker.cli.serve import app_to_serve
+
+    before = _Holder()
+    app = app_to_serve(get_settings())
+    # FastAPI's, SQLAlchemy's and the routes' objects left start-up with the app: none of
+    # them is walked by a full collection while the server answers
+    assert not _tracked(before)
+    assert not _tracked(app)
+    assert _tracked(_Holder())

@@ -1,4 +1,5 @@
-"""Keeping a worker's start-up objects out of Python's full garbage collections.
+"""Keeping a worker's start-up objects out of Python's full garbage collections (and those
+of ``interlude serve``, whose process answers over HTTP: ``worker.cli.serve.app_to_serve``).
 
 A worker process starts with well over 100,000 objects that live as long as it does (Celery,
 kombu, SQLAlchemy, the flows, the compiled statements). Python's oldest generation holds them,
