@@ -45,6 +45,7 @@ import shlex
 import statistics
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -355,6 +356,25 @@ def _rule(head: str) -> str:
     return "|" + " --- |" * (head.count("|") - 1)
 
 
+def machine_speed(additions: int = 10_000_000) -> float:
+    """Seconds one core takes to add up ``additions`` integers in a Python loop: how fast the
+    machine is at the start (the project's machine is replaced often, and the same machine's
+    speed moves by two times within a morning; the report names each by it)."""
+    start = time.perf_counter()
+    total = 0
+    for i in range(additions):
+        total += i
+    return time.perf_counter() - start
+
+
+def header(command: str, cores: int, load: float, loop_seconds: float) -> str:
+    """The report's first line: the command, and the machine it ran on."""
+    return (
+        f"`{command}` ({cores} cores, load average {load:.1f} at the start, "
+        f"a 10 M-addition loop in {loop_seconds:.2f} s)"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -384,8 +404,7 @@ def main() -> None:
     if "w1" in workloads and not args.no_count:
         pg.check_log()
     command = "python -m bench.compare " + shlex.join(sys.argv[1:])
-    load = os.getloadavg()[0]
-    out = [f"`{command}` ({os.cpu_count()} cores, load average {load:.1f} at the start)", ""]
+    out = [header(command, os.cpu_count() or 1, os.getloadavg()[0], machine_speed()), ""]
 
     if "w1" in workloads:
         print("W1 …", file=sys.stderr, flush=True)

@@ -18,7 +18,9 @@ from bench.compare import (
     above_the_record_floor,
     by_process_table,
     cpu_floor,
+    header,
     hop_plus_work,
+    machine_speed,
     per_run_and_start_up,
 )
 from bench.cpu import ROLES
@@ -161,3 +163,13 @@ def test_one_lane_by_process_says_what_interlude_spends_above_its_record_floor()
 def test_without_the_floors_cpu_nothing_is_said_above_it() -> None:
     results = {INTERLUDE: [{"rate": 1.0, "runs": 500, "cpu": dict.fromkeys(ROLES, 1.0)}]}
     assert above_the_record_floor(results) is None
+
+
+def test_the_report_names_the_machine_by_its_speed_at_the_start() -> None:
+    line = header("python -m bench.compare --runs 500", 2, 0.63, 1.4512)
+    assert line == (
+        "`python -m bench.compare --runs 500` (2 cores, load average 0.6 at the start, "
+        "a 10 M-addition loop in 1.45 s)"
+    )
+    # A loop of more additions takes longer: the figure is the machine's, measured
+    assert machine_speed(2_000_000) > machine_speed(20_000) > 0
