@@ -20,7 +20,6 @@ from bench.compare import (
     cpu_floor,
     header,
     hop_plus_work,
-    machine_speed,
     per_run_and_start_up,
 )
 from bench.cpu import ROLES
@@ -171,5 +170,3 @@ def test_the_report_names_the_machine_by_its_speed_at_the_start() -> None:
         "`python -m bench.compare --runs 500` (2 cores, load average 0.6 at the start, "
         "a 10 M-addition loop in 1.45 s)"
     )
-    # A loop of more additions takes longer: the figure is the machine's, measured
-    assert machine_speed(2_000_000) > machine_speed(20_000) > 0
