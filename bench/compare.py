@@ -50,7 +50,7 @@ from collections.abc import Callable
 from typing import Any
 
 from bench import pg, resume_latency, rivals
-from bench.cpu import ROLES
+from bench.cpu import ROLES, ms_per_run
 from bench.processes import ROOT, exclusive
 from bench.throughput import bench_bare, bench_interlude
 from bench.w1 import POOLS, describe_costs
@@ -337,7 +337,7 @@ def above_the_record_floor(results: dict[str, list[dict[str, Any]]]) -> str | No
     from the same processes, does not. (One lane's rounds read CPU seconds by role, ``cpu``.)"""
     per_run = {
         name: [
-            {"cpu_ms_per_run_by_role": {role: 1000 * r["cpu"][role] / r["runs"] for role in ROLES}}
+            {"cpu_ms_per_run_by_role": ms_per_run(r["cpu"], r["runs"])}
             for r in results.get(name, [])
             if "cpu" in r
         ]

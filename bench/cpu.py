@@ -95,10 +95,15 @@ def spent(workers: Collection[int], *, enabled: bool = True) -> Iterator[dict[st
     found.update(by_role(before, snapshot(), callers={os.getpid()}, workers=workers))
 
 
+def ms_per_run(spent: dict[str, float], runs: int) -> dict[str, float]:
+    """CPU seconds by role over ``runs`` runs, as ms a run by role."""
+    return {role: 1000 * cpu / runs for role, cpu in spent.items()}
+
+
 def describe(spent: dict[str, float], runs: int, seconds: float) -> str:
     """Per run, in ms, by role; the total and how many cores it kept busy."""
     total = sum(spent.values())
-    parts = ", ".join(f"{role} {1000 * cpu / runs:.2f}" for role, cpu in spent.items())
+    parts = ", ".join(f"{role} {ms:.2f}" for role, ms in ms_per_run(spent, runs).items())
     return (
         f"CPU per run: {1000 * total / runs:.2f} ms ({total / seconds:.2f} cores busy on "
         f"average): {parts}"

@@ -143,6 +143,6 @@ def run(
         "rate": runs / seconds,
         "cpu_ms_per_run": 1000 * cpu / runs,
         "cores_busy": cpu / seconds,
-        "cpu_ms_per_run_by_role": {role: 1000 * spent / runs for role, spent in by_role.items()},
+        "cpu_ms_per_run_by_role": processes_cpu.ms_per_run(by_role, runs),
         "lanes": results,
     }
