@@ -356,13 +356,17 @@ def _rule(head: str) -> str:
     return "|" + " --- |" * (head.count("|") - 1)
 
 
-def machine_speed(additions: int = 10_000_000) -> float:
-    """Seconds one core takes to add up ``additions`` integers in a Python loop: how fast the
-    machine is at the start (the project's machine is replaced often, and the same machine's
-    speed moves by two times within a morning; the report names each by it)."""
+# The machine's speed is named by the seconds a loop of this many additions takes.
+SPEED_LOOP_ADDITIONS = 10_000_000
+
+
+def machine_speed() -> float:
+    """Seconds one core takes to add up ``SPEED_LOOP_ADDITIONS`` integers in a Python loop: how
+    fast the machine is at the start (the project's machine is replaced often, and the same
+    machine's speed moves by two times within a morning; the report names each by it)."""
     start = time.perf_counter()
     total = 0
-    for i in range(additions):
+    for i in range(SPEED_LOOP_ADDITIONS):
         total += i
     return time.perf_counter() - start
 
@@ -371,7 +375,7 @@ def header(command: str, cores: int, load: float, loop_seconds: float) -> str:
     """The report's first line: the command, and the machine it ran on."""
     return (
         f"`{command}` ({cores} cores, load average {load:.1f} at the start, "
-        f"a 10 M-addition loop in {loop_seconds:.2f} s)"
+        f"a {SPEED_LOOP_ADDITIONS // 1_000_000} M-addition loop in {loop_seconds:.2f} s)"
     )
 
 
