@@ -9,6 +9,7 @@ from __future__ import annotations
 import html
 import logging
 import re
+import uuid
 from collections.abc import Iterator
 
 import pytest
@@ -178,3 +179,52 @@ def test_bulk_review_of_twenty_with_one_stale_in_the_inbox(client: AsgiClient) -
     assert "19 accepted, 1 stale" in confirm.text
     assert f'id="outcome-{waiting[7].id}">stale' in confirm.text
     assert _attempts() == 21
+
+
+def test_bulk_forms_are_refused_as_every_form_is(
+    db: str, tasks: TaskRecorder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given an approver signed in, with an approval waiting, each actor allowed two refusals
+    # (the counters outlive the test: an actor of its own)
+    monkeypatch.setenv("INTERLUDE_WEB_CLIENT_LIMIT", "10000/minute")
+    monkeypatch.setenv("INTERLUDE_WEB_ACTOR_LIMIT", "2/minute")
+    reset_settings()
+    client = AsgiClient(create_app(get_settings()))
+    try:
+        actor = f"approver-{uuid.uuid4().hex[:12]}"
+        credential = add_actor(actor, ["approver"])
+        waiting = drain_pending(enqueue_run("approval", {"env": "prod", "diff": "d"}))
+        _sign_in(client, actor, credential)
+        listing = client.get("/inbox/bulk?kind=approval")
+        picked = {"decision": "approved", "pick": [waiting.id]}
+        # When a review is posted without the session's CSRF token, or with another one
+        for form in (picked, {**picked, "csrf": "forged"}):
+            refused = client.post("/inbox/bulk/review", data=form)
+            # Then it is refused with the reason, as the inbox's own forms are
+            assert refused.status_code == 403 and "CSRF" in refused.text
+        # And signed out, a review is sent to sign in
+        elsewhere = AsgiClient(create_app(get_settings()))
+        try:
+            form = {**picked, "csrf": _csrf(listing.text)}
+            away = elsewhere.post("/inbox/bulk/review", data=form, follow_redirects=False)
+            assert away.status_code == 303 and away.headers["location"] == "/inbox/signin"
+            # And once the actor's refusals are used up (two wrong credentials at sign-in)
+            page = elsewhere.get("/inbox/signin")
+            for _ in range(2):
+                wrong = {"csrf": _csrf(page.text), "actor_id": actor, "credential": "wrong"}
+                assert elsewhere.post("/inbox/signin", data=wrong).status_code == 401
+        finally:
+            elsewhere.close()
+        # Then a confirm of the signed-in session is throttled before anything is answered
+        before = _attempts()
+        confirm = client.post(
+            "/inbox/bulk/confirm",
+            data={"csrf": _csrf(listing.text), "decision": "approved", "binding": ["{}"]},
+        )
+        assert confirm.status_code == 429 and "Too many" in confirm.text
+        assert _attempts() == before
+        assert get_interrupt(waiting.id).status == "pending"
+    finally:
+        client.close()
+        monkeypatch.undo()
+        reset_settings()

@@ -39,18 +39,14 @@ from worker.ops.step_history import StepView, steps_of
 from worker.present.timeline import timeline
 from worker.runs import cancel_run, get_run, pause_run
 from worker.web.auth import client_of
-from worker.web.bodies import FormRefused, form_of
-
-# The inbox's sessions, pages and CSRF checks, shared rather than copied.
-from worker.web.inbox import (
+from worker.web.pages import (
     Visitor,
-    _csrf_ok,
-    _csrf_refused,
-    _form_refused,
-    _page,
-    _throttled,
-    _to_signin,
-    _visitor,
+    message_page,
+    pretty,
+    render,
+    signed_in_form,
+    to_signin,
+    visitor_of,
 )
 from worker.web.run_listing import (
     Filters,
@@ -113,14 +109,14 @@ def runs(
     older_than: str | None = None,
     cursor: str | None = None,
 ) -> Response:
-    visitor = _visitor(request)
+    visitor = visitor_of(request)
     if visitor is None or visitor.actor is None:
-        return _to_signin()
+        return to_signin()
     given = _filters(state, flow, started_by, older_than)
     try:
         page, counts = listing(visitor.actor, given, cursor=cursor, limit=PAGE, counts=True)
     except InvalidInputError as exc:
-        return _message(request, visitor, "Runs", str(exc), 422)
+        return message_page(request, "Runs", str(exc), 422, visitor)
     query = {
         "state": state or "",
         "flow": flow or "",
@@ -137,14 +133,14 @@ def runs(
         "ages": AGES,
         "query": query,
     }
-    return _page(request, "console_runs.html", context)
+    return render(request, "console_runs.html", context)
 
 
 @router.get("/runs/{run_id}")
 def run_page(request: Request, run_id: str) -> Response:
-    visitor = _visitor(request)
+    visitor = visitor_of(request)
     if visitor is None or visitor.actor is None:
-        return _to_signin()
+        return to_signin()
     try:
         run, interrupts = readable(visitor.actor, run_id)
     except (RunNotFoundError, InvalidInputError) as exc:
@@ -163,9 +159,9 @@ def run_page(request: Request, run_id: str) -> Response:
         "entries": entries,
         "operator": may_operate(visitor.actor, run),
         "actions": _offered(run),
-        "pretty": _pretty,
+        "pretty": pretty,
     }
-    return _page(request, "console_run.html", context)
+    return render(request, "console_run.html", context)
 
 
 def _history(
@@ -203,23 +199,23 @@ def _offered(run: RunView) -> list[str]:
 
 @router.get("/runs/{run_id}/{action}")
 def confirm(request: Request, run_id: str, action: str, step: str | None = None) -> Response:
-    visitor = _visitor(request)
+    visitor = visitor_of(request)
     if visitor is None or visitor.actor is None:
-        return _to_signin()
+        return to_signin()
     try:
         run, _ = readable(visitor.actor, run_id)
     except (RunNotFoundError, InvalidInputError) as exc:
         return _not_found(request, visitor, exc)
     if action not in ACTIONS or (action == "fork" and not step):
-        return _message(request, visitor, "Not found", f"no action {action!r} here", 404)
+        return message_page(request, "Not found", f"no action {action!r} here", 404, visitor)
     if not may_operate(visitor.actor, run):
-        return _message(
+        return message_page(
             request,
-            visitor,
             "Not yours to operate",
             f"You hold none of the operator roles of flow {run.flow_name}; "
             "only its operators cancel, pause, retry or fork its runs.",
             403,
+            visitor,
         )
     context = {
         "visitor": visitor,
@@ -228,26 +224,17 @@ def confirm(request: Request, run_id: str, action: str, step: str | None = None)
         "label": ACTIONS[action],
         "explained": EXPLAINED[action],
         "step": step,
-        "pretty": _pretty,
+        "pretty": pretty,
     }
-    return _page(request, "console_confirm.html", context)
+    return render(request, "console_confirm.html", context)
 
 
 @router.post("/runs/{run_id}/{action}")
 async def act(request: Request, run_id: str, action: str) -> Response:
-    try:
-        form = await form_of(request)
-    except FormRefused as refused:
-        return _form_refused(request, refused)
-    visitor = await run_in_threadpool(_visitor, request)
-    if visitor is None or visitor.credential is None:
-        return _to_signin()
-    if not _csrf_ok(visitor, form):
-        return _csrf_refused(request)
-    state = web_state(request)
-    client = client_of(request)
-    if await run_in_threadpool(state.limiter.check, client, visitor.session.actor_id) is not None:
-        return _throttled(request)
+    checked = await signed_in_form(request)
+    if isinstance(checked, Response):
+        return checked
+    visitor, form = checked
     return await run_in_threadpool(_perform, request, visitor, run_id, action, form)
 
 
@@ -256,10 +243,10 @@ def _perform(
 ) -> Response:
     actor = visitor.actor
     if actor is None:  # (revoked since the page was shown)
-        return _to_signin()
+        return to_signin()
     limiter, client = web_state(request).limiter, client_of(request)
     if action not in ACTIONS:
-        return _message(request, visitor, "Not found", f"no action {action!r} here", 404)
+        return message_page(request, "Not found", f"no action {action!r} here", 404, visitor)
     who = {"actor": actor.id, "actor_type": actor.kind, "credential": visitor.credential}
     fields = {k: v for k, v in form.multi_items() if isinstance(v, str)}
     try:
@@ -273,13 +260,13 @@ def _perform(
         limiter.refused(client, actor.id)
         if isinstance(exc, RunNotFoundError):
             return _not_found(request, visitor, exc)
-        return _message(request, visitor, "Refused", str(exc), 403)
+        return message_page(request, "Refused", str(exc), 403, visitor)
     except (InvalidTransitionError, StaleStateError) as exc:
-        return _message(request, visitor, "Not now", str(exc), 409)
+        return message_page(request, "Not now", str(exc), 409, visitor)
     except InvalidInputError as exc:
-        return _message(request, visitor, "Not accepted", str(exc), 422)
+        return message_page(request, "Not accepted", str(exc), 422, visitor)
     except ConfigurationError as exc:
-        return _message(request, visitor, "Cannot act here", str(exc), 503)
+        return message_page(request, "Cannot act here", str(exc), 503, visitor)
     context: dict[str, Any] = {"visitor": visitor, "run": run, "action": action}
     if action == "fork":
         context["fork_id"] = done
@@ -287,7 +274,7 @@ def _perform(
     else:
         context["by"] = done
         context["state"] = _state_of(run.id)
-    return _page(request, "console_done.html", context)
+    return render(request, "console_done.html", context)
 
 
 def _verb(action: str, run_id: str, who: dict[str, Any], fields: dict[str, str]) -> str:
@@ -318,13 +305,4 @@ def _state_of(run_id: str) -> str:
 
 def _not_found(request: Request, visitor: Visitor, missing: InterludeError) -> Response:
     """A run that is not there, or not the visitor's to read: the same page."""
-    return _message(request, visitor, "Not found", str(missing), 404)
-
-
-def _message(request: Request, visitor: Visitor, title: str, text: str, status: int) -> Response:
-    context = {"visitor": visitor, "title": title, "message": text}
-    return _page(request, "message.html", context, status=status)
-
-
-def _pretty(value: Any) -> str:
-    return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False, default=str)
+    return message_page(request, "Not found", str(missing), 404, visitor)

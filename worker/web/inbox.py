@@ -8,10 +8,8 @@ session's once signed in; before, the sign-in form's own, matched against a cook
 
 from __future__ import annotations
 
-import hmac
 import json
 import secrets
-from dataclasses import dataclass
 from typing import Any, get_args
 
 from fastapi import APIRouter, Request
@@ -20,7 +18,7 @@ from fastapi.responses import RedirectResponse, Response
 from pydantic import BaseModel
 from starlette.datastructures import FormData
 
-from models.contracts import ActorView, AskGroupView, InterruptView, ResumeResult
+from models.contracts import AskGroupView, InterruptView, ResumeResult
 from models.db import utcnow
 from models.enums import InterruptStatus, ResumeOutcome
 from models.errors import InterludeError, InterruptNotFoundError
@@ -36,64 +34,33 @@ from worker.web.binding import CONTRACT_LIFETIME, new_key
 from worker.web.bodies import FormRefused, form_of
 from worker.web.forms import ARGS_PREFIX, args_schema_of, fields_of, input_from_form
 from worker.web.outcomes import UNCONFIRMED, headline_of, log_resume, status_of
-from worker.web.sessions import COOKIE, SessionData
+from worker.web.pages import (
+    SIGN_IN,
+    Visitor,
+    csrf_ok,
+    csrf_refused,
+    form_refused,
+    message_page,
+    pretty,
+    render,
+    same_token,
+    set_session_cookie,
+    signed_in_form,
+    throttled,
+    to_signin,
+    visitor_of,
+)
+from worker.web.sessions import COOKIE
 from worker.web.state import web_state
 from worker.web.visibility import readable_interrupt
 
 router = APIRouter(prefix="/inbox", include_in_schema=False)
-SIGN_IN = "/inbox/signin"
 # The sign-in form's CSRF token, also in this cookie (sent back to the sign-in path only).
 SIGN_IN_COOKIE = "interlude_signin"
 SIGN_IN_SECONDS = 3600
 # The three answers to a tool-call review, each a form of its own, and their decisions.
 REVIEW_ACTIONS = {"approve": "approved", "edit": "approved", "reject": "rejected"}
 EDIT_DENIED = "Denied: you may not approve the call as edited."
-
-
-@dataclass(frozen=True)
-class Visitor:
-    session: SessionData
-    cookie: str
-    actor: ActorView | None
-    credential: str | None
-
-
-def _visitor(request: Request) -> Visitor | None:
-    cookie = request.cookies.get(COOKIE)
-    loaded = web_state(request).sessions.load(cookie)
-    if cookie is None or loaded is None:
-        return None
-    data, credential = loaded
-    actor = authenticated(data.actor_id, credential) if credential else None
-    return Visitor(data, cookie, actor, credential)
-
-
-def _page(
-    request: Request,
-    name: str,
-    context: dict[str, Any],
-    *,
-    status: int = 200,
-    cookie: str | None = None,
-) -> Response:
-    state = web_state(request)
-    response = state.templates.TemplateResponse(request, name, context, status_code=status)
-    if cookie is not None:
-        _set_cookie(request, response, cookie)
-    return response
-
-
-def _set_cookie(request: Request, response: Response, cookie: str) -> None:
-    settings = web_state(request).settings
-    response.set_cookie(
-        COOKIE,
-        cookie,
-        max_age=settings.web_session_seconds,
-        path="/",
-        httponly=True,
-        samesite="strict",
-        secure=settings.web_secure_cookie,
-    )
 
 
 def _set_signin_cookie(request: Request, response: Response, token: str) -> None:
@@ -108,74 +75,29 @@ def _set_signin_cookie(request: Request, response: Response, token: str) -> None
     )
 
 
-def _to_signin() -> Response:
-    return RedirectResponse(SIGN_IN, status_code=303)
-
-
-def _csrf_ok(visitor: Visitor | None, form: FormData) -> bool:
-    return visitor is not None and _same_token(visitor.session.csrf, form.get("csrf"))
-
-
-def _same_token(expected: str | None, sent: object) -> bool:
-    if not expected or not isinstance(sent, str):
-        return False
-    return hmac.compare_digest(expected.encode(), sent.encode("utf-8", "surrogatepass"))
-
-
-def _form_refused(request: Request, refused: FormRefused) -> Response:
-    context = {"title": "Form refused", "message": f"The form was not accepted: {refused}."}
-    return _page(request, "message.html", context, status=refused.status)
-
-
-def _csrf_refused(request: Request) -> Response:
-    return _page(
-        request,
-        "message.html",
-        {
-            "title": "Form refused",
-            "message": "The form was not accepted: its CSRF token is missing or wrong. "
-            "Reload the page and try again.",
-        },
-        status=403,
-    )
-
-
-def _throttled(request: Request) -> Response:
-    return _page(
-        request,
-        "message.html",
-        {
-            "title": "Too many attempts",
-            "message": "Too many refused attempts from here or for this actor. Wait a minute "
-            "and try again.",
-        },
-        status=429,
-    )
-
-
 @router.get("")
 def inbox(request: Request, cursor: str | None = None, kind: str | None = None) -> Response:
-    visitor = _visitor(request)
+    visitor = visitor_of(request)
     if visitor is None or visitor.actor is None:
-        return _to_signin()
+        return to_signin()
     try:
         page = answerable_interrupts(
             visitor.actor.roles, actor_id=visitor.actor.id, cursor=cursor, kind=kind
         )
     except InterludeError as exc:
-        return _page(request, "message.html", {"title": "Inbox", "message": str(exc)}, status=422)
-    return _page(request, "inbox.html", {"visitor": visitor, "page": page, "kind": kind or ""})
+        return message_page(request, "Inbox", str(exc), 422)
+    return render(request, "inbox.html", {"visitor": visitor, "page": page, "kind": kind or ""})
 
 
 @router.get("/signin")
 def signin_form(request: Request) -> Response:
-    visitor = _visitor(request)
+    visitor = visitor_of(request)
     if visitor is not None and visitor.actor is not None:
         return RedirectResponse("/inbox", status_code=303)
     # A new token per page, kept in the visitor's cookie rather than in a session: a visitor
     # who has not signed in costs the server nothing, however many come.
     token = secrets.token_urlsafe(32)
-    response = _page(request, "signin.html", {"csrf": token, "error": None})
+    response = render(request, "signin.html", {"csrf": token, "error": None})
     _set_signin_cookie(request, response, token)
     return response
 
@@ -185,17 +107,17 @@ async def signin(request: Request) -> Response:
     try:
         form = await form_of(request)
     except FormRefused as refused:
-        return _form_refused(request, refused)
+        return form_refused(request, refused)
     token = request.cookies.get(SIGN_IN_COOKIE)
-    if not _same_token(token, form.get("csrf")):
-        return _csrf_refused(request)
+    if not same_token(token, form.get("csrf")):
+        return csrf_refused(request)
     assert token is not None
     actor_id = str(form.get("actor_id") or "").strip()
     credential = str(form.get("credential") or "").strip()
     state = web_state(request)
     client = client_of(request)
     if await run_in_threadpool(state.limiter.check, client, actor_id) is not None:
-        return _throttled(request)
+        return throttled(request)
     actor = await run_in_threadpool(authenticated, actor_id, credential)
     if actor is None:
         await run_in_threadpool(state.limiter.refused, client, actor_id)
@@ -206,12 +128,12 @@ async def signin(request: Request) -> Response:
             # wrong field is not sent back.
             "actor_id": redact_shaped(actor_id) if actor_id_problem(actor_id) else actor_id,
         }
-        return _page(request, "signin.html", context, status=401)
+        return render(request, "signin.html", context, status=401)
     # A new session id at sign-in: a session held before it is worth nothing after.
     state.sessions.end(request.cookies.get(COOKIE))
     cookie = state.sessions.start(actor.id, credential)
     response = RedirectResponse("/inbox", status_code=303)
-    _set_cookie(request, response, cookie)
+    set_session_cookie(request, response, cookie)
     response.delete_cookie(SIGN_IN_COOKIE, path=SIGN_IN, httponly=True, samesite="strict")
     return response
 
@@ -221,13 +143,13 @@ async def signout(request: Request) -> Response:
     try:
         form = await form_of(request)
     except FormRefused as refused:
-        return _form_refused(request, refused)
-    visitor = await run_in_threadpool(_visitor, request)
-    if not _csrf_ok(visitor, form):
-        return _csrf_refused(request)
+        return form_refused(request, refused)
+    visitor = await run_in_threadpool(visitor_of, request)
+    if not csrf_ok(visitor, form):
+        return csrf_refused(request)
     assert visitor is not None
     web_state(request).sessions.end(visitor.cookie)
-    response = _to_signin()
+    response = to_signin()
     settings = web_state(request).settings
     response.delete_cookie(
         COOKIE, path="/", httponly=True, samesite="strict", secure=settings.web_secure_cookie
@@ -237,9 +159,9 @@ async def signout(request: Request) -> Response:
 
 @router.get("/interrupts/{interrupt_id}")
 def interrupt_page(request: Request, interrupt_id: str) -> Response:
-    visitor = _visitor(request)
+    visitor = visitor_of(request)
     if visitor is None or visitor.actor is None:
-        return _to_signin()
+        return to_signin()
     try:
         interrupt = readable_interrupt(visitor.actor, interrupt_id)
     except InterruptNotFoundError as exc:
@@ -266,13 +188,13 @@ def interrupt_page(request: Request, interrupt_id: str) -> Response:
         # on the same page) is a new answer, not the denied one's key used again.
         "review_keys": {action: new_key(visitor.actor.id) for action in REVIEW_ACTIONS},
         "expires_at": (utcnow() + CONTRACT_LIFETIME).isoformat(),
-        "pretty": _pretty,
+        "pretty": pretty,
         "shown": _shown,
         # Sent back as submitted: the scope is bound to what the responder was shown.
         "scope_json": json.dumps(interrupt.scope),
         "group": _group_of(interrupt),
     }
-    return _page(request, "interrupt.html", context)
+    return render(request, "interrupt.html", context)
 
 
 def _group_of(interrupt: InterruptView) -> AskGroupView | None:
@@ -285,20 +207,11 @@ def _group_of(interrupt: InterruptView) -> AskGroupView | None:
 
 @router.post("/interrupts/{interrupt_id}")
 async def answer(request: Request, interrupt_id: str) -> Response:
-    try:
-        form = await form_of(request)
-    except FormRefused as refused:
-        return _form_refused(request, refused)
-    visitor = await run_in_threadpool(_visitor, request)
-    if visitor is None or visitor.credential is None:
-        return _to_signin()
-    if not _csrf_ok(visitor, form):
-        return _csrf_refused(request)
-    state = web_state(request)
+    checked = await signed_in_form(request)
+    if isinstance(checked, Response):
+        return checked
+    visitor, form = checked
     client = client_of(request)
-    actor_id = visitor.session.actor_id
-    if await run_in_threadpool(state.limiter.check, client, actor_id) is not None:
-        return _throttled(request)
     return await run_in_threadpool(_answer, request, visitor, interrupt_id, form, client)
 
 
@@ -315,7 +228,7 @@ def _answer(
         # is recorded), with no input read from a form the actor was never shown.
         decision = text_form.get("decision") or ""
         _submit(request, visitor, _contract(visitor, interrupt_id, text_form, decision, {}), client)
-        return _to_signin() if visitor.actor is None else _not_found(request, exc)
+        return to_signin() if visitor.actor is None else _not_found(request, exc)
     decision = text_form.get("decision") or ""
     action = text_form.get("action", "")
     if interrupt.review is not None and action in REVIEW_ACTIONS:
@@ -328,11 +241,11 @@ def _answer(
         submitted = {}
     contract = _contract(visitor, interrupt_id, text_form, decision, submitted)
     result = _submit(request, visitor, contract, client)
-    context = {"visitor": visitor, "interrupt": interrupt, "result": result, "pretty": _pretty}
+    context = {"visitor": visitor, "interrupt": interrupt, "result": result, "pretty": pretty}
     context.update(_explain(result, interrupt.run_id, interrupt.id))
     if action == "edit" and result.outcome is ResumeOutcome.DENIED:
         context["headline"] = EDIT_DENIED
-    return _page(request, "outcome.html", context, status=status_of(result.outcome))
+    return render(request, "outcome.html", context, status=status_of(result.outcome))
 
 
 def _contract(
@@ -371,8 +284,7 @@ def _submit(
 
 def _not_found(request: Request, missing: InterruptNotFoundError) -> Response:
     """The page of an interrupt that is not there, or not the visitor's to read: the same."""
-    context = {"title": "Not found", "message": str(missing)}
-    return _page(request, "message.html", context, status=404)
+    return message_page(request, "Not found", str(missing), 404)
 
 
 def _explain(result: ResumeResult, run_id: str, interrupt_id: str) -> dict[str, Any]:
@@ -436,7 +348,3 @@ def _json(text: str) -> Any:
 def _shown(value: Any) -> str:
     """An argument of a call as the page shows it: text as it is, anything else as JSON."""
     return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
-
-
-def _pretty(value: Any) -> str:
-    return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False, default=str)

@@ -8,7 +8,6 @@ redacted from the server's access log (``RedactLinkTokens``).
 
 from __future__ import annotations
 
-import json
 import logging
 from typing import Any
 
@@ -25,6 +24,7 @@ from worker.web.auth import client_of
 from worker.web.bodies import FormRefused, form_of
 from worker.web.forms import fields_of, input_from_form
 from worker.web.outcomes import headline_of, status_of
+from worker.web.pages import form_refused, message_page, pretty, render, throttled
 from worker.web.state import web_state
 
 router = APIRouter(prefix="/inbox/a", include_in_schema=False)
@@ -51,23 +51,16 @@ def install_redaction() -> None:
 
 
 def _page(request: Request, name: str, context: dict[str, Any], status: int = 200) -> Response:
-    templates = web_state(request).templates
-    return templates.TemplateResponse(
-        request, name, {"visitor": None, **context}, status_code=status
-    )
+    # No one is signed in on a link's pages: the link is the only credential.
+    return render(request, name, {"visitor": None, **context}, status=status)
 
 
 def _not_a_link(request: Request) -> Response:
-    context = {
-        "title": "Not an answer link",
-        "message": "This is not a valid answer link: it may be mistyped, cut short by the "
-        "mail program, or its interrupt is gone. Answer from the inbox instead.",
-    }
-    return _page(request, "message.html", context, status=404)
-
-
-def _pretty(value: Any) -> str:
-    return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False, default=str)
+    text = (
+        "This is not a valid answer link: it may be mistyped, cut short by the mail program, "
+        "or its interrupt is gone. Answer from the inbox instead."
+    )
+    return message_page(request, "Not an answer link", text, 404)
 
 
 @router.get("/{token}")
@@ -85,7 +78,7 @@ def _context(page: LinkPage, token: str) -> dict[str, Any]:
         "link": page,
         "interrupt": interrupt,
         "token": token,
-        "pretty": _pretty,
+        "pretty": pretty,
         # The input form only when the answer needs one; else the buttons confirm.
         "fields": fields_of(interrupt.json_schema, interrupt.previous_input) if required else [],
         "newer": _newer(interrupt),
@@ -97,16 +90,13 @@ async def confirm(request: Request, token: str) -> Response:
     try:
         form = await form_of(request)
     except FormRefused as refused:
-        context = {"title": "Form refused", "message": f"The form was not accepted: {refused}."}
-        return _page(request, "message.html", context, status=refused.status)
+        return form_refused(request, refused)
     state = web_state(request)
     client = client_of(request)
     if await run_in_threadpool(state.limiter.check, client, LINK_ACTOR) is not None:
-        context = {
-            "title": "Too many attempts",
-            "message": "Too many refused attempts from here. Wait a minute and try again.",
-        }
-        return _page(request, "message.html", context, status=429)
+        return throttled(
+            request, "Too many refused attempts from here. Wait a minute and try again."
+        )
     return await run_in_threadpool(_confirm, request, token, form, client)
 
 
@@ -127,7 +117,7 @@ def _confirm(request: Request, token: str, form: Any, client: str) -> Response:
         "interrupt": interrupt,
         "newer": _newer(interrupt) if interrupt is not None else None,
         "run_state": None,
-        "pretty": _pretty,
+        "pretty": pretty,
     }
     if result.outcome in {ResumeOutcome.ACCEPTED, ResumeOutcome.DUPLICATE} and result.run_id:
         context["run_state"] = get_run(result.run_id).state
