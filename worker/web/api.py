@@ -47,7 +47,7 @@ from worker.web.visibility import readable_interrupt, readable_run
 router = APIRouter(prefix="/v1", tags=["resume API"])
 # Beyond this a body is kept only as its beginning: the gateway records it as malformed.
 MAX_BODY = 256 * 1024
-_bearer = HTTPBearer(auto_error=False, description="the actor's credential (ilc_…)")
+BEARER = HTTPBearer(auto_error=False, description="the actor's credential (ilc_…)")
 
 
 class Refused(BaseModel):
@@ -107,7 +107,7 @@ def throttled_response(throttled: Throttled) -> JSONResponse:
 
 def caller(
     request: Request,
-    credentials: Annotated[HTTPAuthorizationCredentials | None, Security(_bearer)],
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Security(BEARER)],
     actor_id: Annotated[str | None, Header(alias=ACTOR_HEADER)] = None,
 ) -> ActorView:
     """The authenticated actor; a failed authentication counts as a refused attempt."""
@@ -278,7 +278,7 @@ RESUME_EXAMPLES = {
 )
 async def resume(
     request: Request,
-    credentials: Annotated[HTTPAuthorizationCredentials | None, Security(_bearer)],
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Security(BEARER)],
 ) -> JSONResponse:
     """Submit a ``resume.v1`` contract; the response is the recorded ``ResumeResult``."""
     contract = await _body(request)
@@ -347,7 +347,7 @@ class EventSubmission(BaseModel):
 )
 async def event(
     request: Request,
-    credentials: Annotated[HTTPAuthorizationCredentials | None, Security(_bearer)],
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Security(BEARER)],
 ) -> JSONResponse:
     """Send a run an event its flow declares; the response is the recorded result
     (``accepted``: the run waited on it; ``kept``: it takes it when it asks)."""

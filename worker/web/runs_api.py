@@ -40,7 +40,7 @@ from worker.forks import fork_run
 from worker.gateway import authority
 from worker.operate import retry_run
 from worker.runs import cancel_run, get_run, pause_run, start_run
-from worker.web.api import Caller, _bearer
+from worker.web.api import BEARER, Caller
 from worker.web.auth import ACTOR_HEADER, authenticated, client_of
 from worker.web.bodies import read_capped
 from worker.web.run_listing import MAX_PAGE, Filters, RunPage, readable, runs_page
@@ -169,7 +169,7 @@ def _who(request: Request, actor_id: str | None, credential: str) -> ActorView |
     return actor
 
 
-Credentials = Annotated[HTTPAuthorizationCredentials | None, Security(_bearer)]
+Credentials = Annotated[HTTPAuthorizationCredentials | None, Security(BEARER)]
 ActorHeader = Annotated[str | None, Header(alias=ACTOR_HEADER)]
 
 
