@@ -44,7 +44,6 @@ from worker.web.pages import (
     pretty,
     render,
     same_token,
-    set_session_cookie,
     signed_in_form,
     throttled,
     to_signin,
@@ -61,6 +60,19 @@ SIGN_IN_SECONDS = 3600
 # The three answers to a tool-call review, each a form of its own, and their decisions.
 REVIEW_ACTIONS = {"approve": "approved", "edit": "approved", "reject": "rejected"}
 EDIT_DENIED = "Denied: you may not approve the call as edited."
+
+
+def _set_cookie(request: Request, response: Response, cookie: str) -> None:
+    settings = web_state(request).settings
+    response.set_cookie(
+        COOKIE,
+        cookie,
+        max_age=settings.web_session_seconds,
+        path="/",
+        httponly=True,
+        samesite="strict",
+        secure=settings.web_secure_cookie,
+    )
 
 
 def _set_signin_cookie(request: Request, response: Response, token: str) -> None:
@@ -133,7 +145,7 @@ async def signin(request: Request) -> Response:
     state.sessions.end(request.cookies.get(COOKIE))
     cookie = state.sessions.start(actor.id, credential)
     response = RedirectResponse("/inbox", status_code=303)
-    set_session_cookie(request, response, cookie)
+    _set_cookie(request, response, cookie)
     response.delete_cookie(SIGN_IN_COOKIE, path=SIGN_IN, httponly=True, samesite="strict")
     return response
 

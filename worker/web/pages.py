@@ -46,20 +46,10 @@ def visitor_of(request: Request) -> Visitor | None:
     return Visitor(data, cookie, actor, credential)
 
 
-def render(
-    request: Request,
-    name: str,
-    context: dict[str, Any],
-    *,
-    status: int = 200,
-    cookie: str | None = None,
-) -> Response:
-    """The template ``name`` rendered with ``context``; with ``cookie``, the session's set."""
-    state = web_state(request)
-    response = state.templates.TemplateResponse(request, name, context, status_code=status)
-    if cookie is not None:
-        set_session_cookie(request, response, cookie)
-    return response
+def render(request: Request, name: str, context: dict[str, Any], *, status: int = 200) -> Response:
+    """The template ``name`` rendered with ``context``."""
+    templates = web_state(request).templates
+    return templates.TemplateResponse(request, name, context, status_code=status)
 
 
 def message_page(
@@ -68,19 +58,6 @@ def message_page(
     """A page that says one thing: a refusal, an error, something not found."""
     context = {"visitor": visitor, "title": title, "message": text}
     return render(request, "message.html", context, status=status)
-
-
-def set_session_cookie(request: Request, response: Response, cookie: str) -> None:
-    settings = web_state(request).settings
-    response.set_cookie(
-        COOKIE,
-        cookie,
-        max_age=settings.web_session_seconds,
-        path="/",
-        httponly=True,
-        samesite="strict",
-        secure=settings.web_secure_cookie,
-    )
 
 
 def to_signin() -> Response:
