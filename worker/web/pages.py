@@ -81,8 +81,11 @@ def form_refused(request: Request, refused: FormRefused) -> Response:
 
 
 def csrf_refused(request: Request) -> Response:
-    text = "The form was not accepted: its CSRF token is missing or wrong. Reload the page and "
-    return message_page(request, "Form refused", text + "try again.", 403)
+    text = (
+        "The form was not accepted: its CSRF token is missing or wrong. "
+        "Reload the page and try again."
+    )
+    return message_page(request, "Form refused", text, 403)
 
 
 def throttled(request: Request, text: str = THROTTLED) -> Response:
