@@ -6,7 +6,8 @@
 ``bench.compare`` reports each system's median over its rounds, minutes apart; on a machine
 whose speed moves within minutes, a ratio of two medians can pair one system's fast minute with
 the other's slow one. A triple runs the three W1s one right after another, so each of its ratios
-is of figures measured within a minute or so; several triples show how far they move.
+is of figures measured within a minute or so (each triple starts one system further along);
+several triples show how far they move.
 
 Each triple: LangGraph with ``PostgresSaver`` (``durability="sync"``), the record floor
 (``bench.w1_record_floor``: Celery's two tasks with interlude's nine statements as it sends
@@ -127,7 +128,9 @@ def main() -> None:
     run = systems(args.rivals_python, args.runs, args.lanes)
     found = []
     for number in range(1, args.triples + 1):
-        triple = {name: run[name]() for name in ORDER}
+        # Each triple starts one further along, so that none is always first after a pause.
+        turn = (number - 1) % len(ORDER)
+        triple = {name: run[name]() for name in ORDER[turn:] + ORDER[:turn]}
         found.append(triple)
         print(row(number, triple), flush=True)
     print(f"\n{summary(found)}")
