@@ -31,8 +31,13 @@ from bench.cpu import ms_per_run
 from bench.processes import exclusive
 
 ORDER = (LG_SYNC, RECORD_FLOOR, INTERLUDE)
-# The processes interlude's Python runs in, and the server it asks.
-ABOVE = (("caller", ("caller",)), ("worker", ("worker parent", "worker children")))
+# Where interlude spends above the floor, by the roles of ``bench.cpu``: the processes its
+# Python runs in, and the server it asks.
+ABOVE = (
+    ("caller", ("caller",)),
+    ("worker", ("worker parent", "worker children")),
+    ("postgres", ("postgres",)),
+)
 
 
 def systems(python: str, runs: int, lanes: int) -> dict[str, Callable[[], dict[str, Any]]]:
@@ -62,9 +67,7 @@ def by_role(result: dict[str, Any]) -> dict[str, float]:
 def above_floor(ours: dict[str, Any], floor: dict[str, Any]) -> dict[str, float]:
     """What interlude spent above the floor, ms a run: in its callers, its workers, PostgreSQL."""
     mine, its = by_role(ours), by_role(floor)
-    found = {name: sum(mine[r] - its[r] for r in roles) for name, roles in ABOVE}
-    found["postgres"] = mine["postgres"] - its["postgres"]
-    return found
+    return {name: sum(mine[r] - its[r] for r in roles) for name, roles in ABOVE}
 
 
 def row(number: int, triple: dict[str, dict[str, Any]]) -> str:
