@@ -76,7 +76,7 @@ POOL_NAMES = {"solo": "one --pool solo worker", "prefork": "one -c 1 prefork wor
 WORKLOADS = ("w1", "machine", "latency", "three", "w4")
 
 
-def our_bench(module: str, *args: str) -> dict[str, Any]:
+def _ours(module: str, *args: str) -> dict[str, Any]:
     """One of our benchmarks in a process of its own (the caller), its JSON result."""
     done = subprocess.run(
         [sys.executable, "-m", module, *args, "--json"],
@@ -101,7 +101,7 @@ def w1_systems(
     """W1 on one lane: interlude's caller and one worker lane, each rival in one process."""
     if count:
         return {
-            INTERLUDE: lambda: our_bench("bench.w1", "--runs", str(runs), "--count"),
+            INTERLUDE: lambda: _ours("bench.w1", "--runs", str(runs), "--count"),
             LG_SYNC: lambda: rivals.run(
                 python, "rival_langgraph_w1.py", runs, "sync", setup=True, count=True
             ),
@@ -114,18 +114,16 @@ def w1_systems(
     # interlude and its record floor with their CPU by process (read from /proc at the timed
     # part's ends): what interlude's Python costs above the floor, process by process.
     return {
-        INTERLUDE: lambda: our_bench("bench.w1", "--runs", str(runs), "--pool", pool, "--cpu"),
-        f"interlude, {POOL_NAMES[other]}": lambda: our_bench(
+        INTERLUDE: lambda: _ours("bench.w1", "--runs", str(runs), "--pool", pool, "--cpu"),
+        f"interlude, {POOL_NAMES[other]}": lambda: _ours(
             "bench.w1", "--runs", str(runs), "--pool", other
         ),
         **_rivals_w1(python, runs, 1),
-        FLOOR: lambda: our_bench("bench.w1_floor", "--runs", str(runs), "--pool", pool),
-        IN_PROCESS: lambda: our_bench("bench.w1_in_process", "--runs", str(runs)),
-        COMMITS: lambda: our_bench("bench.w1_commit_floor", "--runs", str(runs)),
-        DURABLE_FLOOR: lambda: our_bench(
-            "bench.w1_durable_floor", "--runs", str(runs), "--pool", pool
-        ),
-        RECORD_FLOOR: lambda: our_bench(
+        FLOOR: lambda: _ours("bench.w1_floor", "--runs", str(runs), "--pool", pool),
+        IN_PROCESS: lambda: _ours("bench.w1_in_process", "--runs", str(runs)),
+        COMMITS: lambda: _ours("bench.w1_commit_floor", "--runs", str(runs)),
+        DURABLE_FLOOR: lambda: _ours("bench.w1_durable_floor", "--runs", str(runs), "--pool", pool),
+        RECORD_FLOOR: lambda: _ours(
             "bench.w1_record_floor", "--runs", str(runs), "--pool", pool, "--cpu"
         ),
     }
@@ -148,9 +146,9 @@ def whole_machine_systems(
     ours = ["bench.w1", "--runs", str(runs), "--lanes", str(lanes), "--pool", pool]
     record = ["bench.w1_record_floor", "--runs", str(runs), "--lanes", str(lanes)]
     return {
-        INTERLUDE: lambda: our_bench(*ours),
+        INTERLUDE: lambda: _ours(*ours),
         **_rivals_w1(python, runs, lanes),
-        RECORD_FLOOR: lambda: our_bench(*record),
+        RECORD_FLOOR: lambda: _ours(*record),
     }
 
 
@@ -470,9 +468,7 @@ def main() -> None:
         out += [rate_table(title, "runs/s", rates, cpu=cpu), "", by_process_table(results), ""]
     if "latency" in workloads:
         print("resume latency …", file=sys.stderr, flush=True)
-        found = our_bench(
-            "bench.resume_latency", "--runs", str(args.latency_runs), "--pool", args.pool
-        )
+        found = _ours("bench.resume_latency", "--runs", str(args.latency_runs), "--pool", args.pool)
         out += [resume_latency.report(found), ""]
     if "three" in workloads:
         print("three-step …", file=sys.stderr, flush=True)
@@ -484,7 +480,7 @@ def main() -> None:
         seen: list[dict[str, Any]] = []  # each round's whole result, for the ideal rate
 
         def w4(module: str) -> dict[str, Any]:
-            seen.append(our_bench(module, "--runs", w4_runs))
+            seen.append(_ours(module, "--runs", w4_runs))
             return seen[-1]
 
         results = take_turns(

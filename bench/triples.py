@@ -25,8 +25,14 @@ import statistics
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from bench import rivals
-from bench.compare import INTERLUDE, LG_SYNC, RECORD_FLOOR, machine_speed, our_bench
+from bench.compare import (
+    INTERLUDE,
+    LG_SYNC,
+    RECORD_FLOOR,
+    machine_speed,
+    w1_systems,
+    whole_machine_systems,
+)
 from bench.cpu import ms_per_run
 from bench.processes import exclusive
 
@@ -41,19 +47,13 @@ ABOVE = (
 
 
 def systems(python: str, runs: int, lanes: int) -> dict[str, Callable[[], dict[str, Any]]]:
-    """The three W1s, on one lane (``lanes`` 1) or the whole machine, each with its CPU."""
+    """The three W1s as ``bench.compare`` runs them, on one lane (``lanes`` 1, each with its
+    CPU by process) or on the whole machine."""
     if lanes > 1:
-        on = ["--runs", str(runs), "--lanes", str(lanes)]
-        ours = ["bench.w1", *on, "--pool", "solo"]
-        floor = ["bench.w1_record_floor", *on]
+        every = whole_machine_systems(python, runs, lanes, "solo")
     else:
-        on = ["--runs", str(runs), "--pool", "solo", "--cpu"]
-        ours, floor = ["bench.w1", *on], ["bench.w1_record_floor", *on]
-    return {
-        LG_SYNC: lambda: rivals.run_lanes(python, "rival_langgraph_w1.py", runs, lanes, "sync"),
-        RECORD_FLOOR: lambda: our_bench(*floor),
-        INTERLUDE: lambda: our_bench(*ours),
-    }
+        every = w1_systems(python, runs, pool="solo")
+    return {name: every[name] for name in ORDER}
 
 
 def by_role(result: dict[str, Any]) -> dict[str, float]:
