@@ -55,7 +55,7 @@ def id_at(micros: int) -> str:
 def storable_text(text: str) -> bool:
     """Whether either database can store ``text``: no NUL (PostgreSQL refuses it in text and
     JSON) and no lone surrogate (no UTF-8 encodes one; Python decodes one from JSON's
-    ``"\ud800"`` or from bytes that are not UTF-8)."""
+    ``"\\ud800"`` or from bytes that are not UTF-8)."""
     if "\x00" in text:
         return False
     try:

@@ -12,10 +12,11 @@ import pytest
 from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
-from sqlalchemy import insert, inspect, select, text
+from sqlalchemy import bindparam, insert, inspect, select, text
 from sqlalchemy.exc import IntegrityError
 
 from models.db import dispose_engines, get_engine, transaction, utcnow
+from models.dialects import Timestamp
 from models.enums import (
     ActorKind,
     ContactChannel,
@@ -153,10 +154,11 @@ def test_actors_that_acted_as_services_stay_services_after_the_upgrade(fresh_url
     with engine.begin() as conn:
         for actor_id in ("bot", "alice", "carol"):
             conn.execute(
+                # (the time bound as the column's type: Python 3.12 deprecates sqlite3's own)
                 text(
                     "INSERT INTO actors (id, roles, credential_hash, created_at) "
                     "VALUES (:id, '[]', 'h', :at)"
-                ),
+                ).bindparams(bindparam("at", type_=Timestamp())),
                 {"id": actor_id, "at": now},
             )
     # When it is upgraded

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from sqlalchemy import event, select, text
+from sqlalchemy import event, select, text, update
 
 from models import endings as ending_store
 from models import successors as successor_store
@@ -153,11 +153,14 @@ def test_a_run_that_cannot_be_read_does_not_stop_the_reaper(
     runs = [enqueue_run("quick", {}) for _ in range(2)]
     with transaction() as session:
         session.execute(
-            text(
-                "UPDATE runs SET state = 'running', lease_owner = 'dead', lease_epoch = 1, "
-                "lease_expires_at = :past WHERE id IN (:a, :b)"
-            ),
-            {"past": utcnow() - timedelta(minutes=5), "a": runs[0], "b": runs[1]},
+            update(Run)
+            .where(Run.id.in_(runs))
+            .values(
+                state="running",
+                lease_owner="dead",
+                lease_epoch=1,
+                lease_expires_at=utcnow() - timedelta(minutes=5),
+            )
         )
     _break("runs", "input", runs[0])
     caplog.set_level(logging.ERROR, logger="worker")
