@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test lint install clean bench chaos docs lock
+.PHONY: demo test test-on lint install clean bench chaos docs lock
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -36,6 +36,11 @@ TEST_PROCESSES ?= 4
 PYTEST_ARGS ?=
 test: lint
 	env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -m pytest -n $(TEST_PROCESSES) --dist loadgroup $(PYTEST_ARGS)
+
+# The unit and integration tests on another Python, in its own virtualenv (the README promises
+# 3.11 or newer): make test-on PYTHON=/path/to/python3.13 VENV=.venv-3.13
+test-on: $(BIN)/.installed
+	env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -m pytest -n $(TEST_PROCESSES) --dist loadgroup tests/unit tests/integration $(PYTEST_ARGS)
 
 # interlude against LangGraph and DBOS (W1, three-step, W4); needs PostgreSQL and Redis local
 # and RIVALS_PYTHON, a Python with langgraph langgraph-checkpoint-postgres dbos installed.
