@@ -12,16 +12,20 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-SOURCES = ("models", "statemachine", "worker", "bench", "tests", "examples", "beat_schedule.py")
+# Where the project keeps Python: everything but virtualenvs, builds and caches.
+SKIPPED = frozenset({"site", "build", "node_modules"})
 WITH_DOCSTRINGS = (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
 
 
 def _sources() -> list[Path]:
-    found: list[Path] = []
-    for name in SOURCES:
-        path = ROOT / name
-        found.extend(sorted(path.rglob("*.py")) if path.is_dir() else [path])
-    return found
+    return sorted(
+        path
+        for path in ROOT.rglob("*.py")
+        if not any(
+            part.startswith(".") or part in SKIPPED or part.endswith(".egg-info")
+            for part in path.relative_to(ROOT).parts[:-1]
+        )
+    )
 
 
 def docstrings_not_utf8(source: str, where: str) -> list[str]:
