@@ -34,13 +34,14 @@ docs: $(BIN)/.installed
 # PYTEST_ARGS: more of pytest's options (make test PYTEST_ARGS=--record-durations).
 TEST_PROCESSES ?= 4
 PYTEST_ARGS ?=
+PYTEST := env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -m pytest -n $(TEST_PROCESSES) --dist loadgroup
 test: lint
-	env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -m pytest -n $(TEST_PROCESSES) --dist loadgroup $(PYTEST_ARGS)
+	$(PYTEST) $(PYTEST_ARGS)
 
 # The unit and integration tests on another Python, in its own virtualenv (the README promises
 # 3.11 or newer): make test-on PYTHON=/path/to/python3.13 VENV=.venv-3.13
 test-on: $(BIN)/.installed
-	env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -m pytest -n $(TEST_PROCESSES) --dist loadgroup tests/unit tests/integration $(PYTEST_ARGS)
+	$(PYTEST) tests/unit tests/integration $(PYTEST_ARGS)
 
 # interlude against LangGraph and DBOS (W1, three-step, W4); needs PostgreSQL and Redis local
 # and RIVALS_PYTHON, a Python with langgraph langgraph-checkpoint-postgres dbos installed.
